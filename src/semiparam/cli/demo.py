@@ -1,0 +1,57 @@
+"""The main job: NPT beside a gradient-boosting baseline on the same split of a dataset that ships
+with scikit-learn (Wisconsin breast cancer, 569 rows x 30 features)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from sklearn.datasets import load_breast_cancer
+from sklearn.ensemble import HistGradientBoostingClassifier
+from sklearn.metrics import accuracy_score, log_loss, roc_auc_score
+from sklearn.model_selection import train_test_split
+
+
+def run_demo(max_steps: int = 300, seed: int = 0, device: str = "cpu", quiet: bool = False) -> dict[str, dict[str, float]]:
+    import torch
+
+    from ..estimators.npt import NPTClassifier
+
+    X, y = load_breast_cancer(return_X_y=True, as_frame=True)
+    X_train, X_test, y_train, y_test = train_test_split(
+        X, y, test_size=0.2, stratify=y, random_state=seed
+    )
+    print(
+        f"Breast cancer (scikit-learn): {len(X_train)} training rows, {len(X_test)} test rows, "
+        f"{X.shape[1]} features; torch {torch.__version__} on {device} with {torch.get_num_threads()} threads"
+    )
+    results: dict[str, dict[str, float]] = {}
+
+    def score(name: str, proba: np.ndarray, seconds: float) -> None:
+        results[name] = {
+            "accuracy": accuracy_score(y_test, proba.argmax(1)),
+            "auroc": roc_auc_score(y_test, proba[:, 1]),
+            "nll": log_loss(y_test, proba),
+            "fit_seconds": seconds,
+        }
+
+    start = time.perf_counter()
+    npt = NPTClassifier(
+        "cpu", max_steps=max_steps, device=device, random_state=seed, verbose=None if not quiet else False
+    )
+    npt.fit(X_train, y_train)
+    score("NPT (cpu preset)", npt.predict_proba(X_test), time.perf_counter() - start)
+
+    start = time.perf_counter()
+    gbm = HistGradientBoostingClassifier(random_state=seed).fit(X_train, y_train)
+    score("HistGradientBoosting", gbm.predict_proba(X_test), time.perf_counter() - start)
+
+    print(f"\n{'model':<24}{'accuracy':>10}{'AUROC':>10}{'NLL':>10}{'fit s':>10}")
+    for name, r in results.items():
+        print(f"{name:<24}{r['accuracy']:>10.4f}{r['auroc']:>10.4f}{r['nll']:>10.4f}{r['fit_seconds']:>10.1f}")
+    history = npt.history_
+    print(
+        f"\nNPT: {len(history.steps)} steps, best validation loss {history.best_val_loss:.4f} at step "
+        f"{history.best_step}; paper (10-fold CV, NPT-Small): AUROC 0.997, accuracy 94.73%"
+    )
+    return results

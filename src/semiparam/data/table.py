@@ -1,0 +1,290 @@
+"""Tables in, tensors out: column schema inference and the fitted table encoder.
+
+``infer_schema`` decides each column's kind from its dtype (categorical for pandas category, object,
+string and bool dtypes; continuous for numbers), with user overrides. ``TableEncoder.fit`` learns
+standardisation statistics and category maps from training rows only; ``transform`` turns a table
+into ``values (n, d) float32`` (standardised scalars or category indices) and ``missing (n, d)``.
+NaN, None and pd.NA are missing cells. A category never seen at fit time becomes missing, with a
+warning. Everything fitted is JSON-serialisable (``to_dict`` / ``from_dict``): no pickle.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..nn.columns import CATEGORICAL, CONTINUOUS, ColumnLayout
+
+
+class DataValidationError(ValueError):
+    """The input table cannot be used as given; the message names the offending column/values."""
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    name: str
+    kind: str  # CONTINUOUS or CATEGORICAL
+    categories: tuple[Any, ...] = ()  # JSON scalars, in index order (categorical only)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "categories": list(self.categories)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ColumnSpec:
+        return cls(d["name"], d["kind"], tuple(d["categories"]))
+
+
+@dataclass(frozen=True)
+class TableSchema:
+    """Columns in model order and which of them are targets."""
+
+    columns: tuple[ColumnSpec, ...]
+    targets: tuple[str, ...] = ()
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    @property
+    def target_indices(self) -> list[int]:
+        names = self.names
+        return [names.index(t) for t in self.targets]
+
+    @property
+    def feature_names(self) -> list[str]:
+        return [c.name for c in self.columns if c.name not in self.targets]
+
+    def column(self, name: str) -> ColumnSpec:
+        for c in self.columns:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+    def layout(self) -> ColumnLayout:
+        return ColumnLayout(
+            tuple(c.kind for c in self.columns),
+            tuple(len(c.categories) if c.kind == CATEGORICAL else 0 for c in self.columns),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"columns": [c.to_dict() for c in self.columns], "targets": list(self.targets)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TableSchema:
+        return cls(tuple(ColumnSpec.from_dict(c) for c in d["columns"]), tuple(d["targets"]))
+
+
+def _is_categorical_dtype(series: pd.Series) -> bool:
+    dtype = series.dtype
+    return bool(
+        isinstance(dtype, pd.CategoricalDtype)
+        or pd.api.types.is_object_dtype(dtype)
+        or pd.api.types.is_string_dtype(dtype)
+        or pd.api.types.is_bool_dtype(dtype)
+    )
+
+
+def _to_json_scalar(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, (str, int, float, bool)):
+        return value
+    raise DataValidationError(
+        f"category value {value!r} of type {type(value).__name__} is not a string, number or bool"
+    )
+
+
+def _sorted_categories(values: Sequence[Any]) -> tuple[Any, ...]:
+    unique = list(dict.fromkeys(_to_json_scalar(v) for v in values))
+    try:
+        return tuple(sorted(unique))
+    except TypeError:  # mixed types: order by type name, then value text
+        return tuple(sorted(unique, key=lambda v: (type(v).__name__, str(v))))
+
+
+def check_table(frame: pd.DataFrame, *, what: str = "table") -> None:
+    """Fail early on tables no model can use: empty, duplicate names, unhashable cells."""
+    if frame.shape[0] == 0:
+        raise DataValidationError(f"the {what} has no rows")
+    if frame.shape[1] == 0:
+        raise DataValidationError(f"the {what} has no columns")
+    duplicated = frame.columns[frame.columns.duplicated()].tolist()
+    if duplicated:
+        raise DataValidationError(f"the {what} has duplicate column names {duplicated}")
+    for name in frame.columns:
+        col = frame[name]
+        if pd.api.types.is_object_dtype(col.dtype):
+            for value in col:
+                if value is not None and not isinstance(value, (str, int, float, bool, np.generic)):
+                    if value is pd.NA:
+                        continue
+                    raise TypeError(
+                        f"column {name!r} holds {value!r} ({type(value).__name__}); each cell "
+                        "argument must be a string or a number (or missing)"
+                    )
+
+
+def infer_schema(
+    frame: pd.DataFrame,
+    targets: Sequence[str] = (),
+    *,
+    categorical: Sequence[str] | None = None,
+    continuous: Sequence[str] | None = None,
+) -> TableSchema:
+    """Infer each column's kind and categories from ``frame`` (the rows available at fit time).
+
+    ``categorical`` / ``continuous`` force the kind of the named columns. Raises on an all-missing
+    column, on inf in a continuous column, and on strings in a column forced to be continuous.
+    """
+    check_table(frame)
+    names = [str(c) for c in frame.columns]
+    for group, label in ((targets, "target"), (categorical or (), "categorical"), (continuous or (), "continuous")):
+        missing = [c for c in group if c not in names]
+        if missing:
+            raise DataValidationError(f"{label} column(s) {missing} not in the table; it has {names}")
+    overlap = set(categorical or ()) & set(continuous or ())
+    if overlap:
+        raise DataValidationError(f"column(s) {sorted(overlap)} are listed as both categorical and continuous")
+    specs = []
+    for name, col_name in zip(names, frame.columns):
+        col = frame[col_name]
+        observed = col[~col.isna()]
+        if observed.empty:
+            raise DataValidationError(f"column {name!r} has no observed values (all missing)")
+        if categorical is not None and name in categorical:
+            kind = CATEGORICAL
+        elif continuous is not None and name in continuous:
+            kind = CONTINUOUS
+        else:
+            kind = CATEGORICAL if _is_categorical_dtype(col) else CONTINUOUS
+        if kind == CATEGORICAL:
+            specs.append(ColumnSpec(name, CATEGORICAL, _sorted_categories(observed.tolist())))
+        else:
+            _numeric_column(col, name)  # raises on strings or inf
+            specs.append(ColumnSpec(name, CONTINUOUS))
+    return TableSchema(tuple(specs), tuple(targets))
+
+
+def _numeric_column(col: pd.Series, name: str) -> np.ndarray:
+    """A continuous column as float64 with NaN for missing; clear errors for strings and inf."""
+    if pd.api.types.is_bool_dtype(col.dtype):
+        return col.astype("float64").to_numpy()
+    converted = pd.to_numeric(col, errors="coerce")
+    bad = converted.isna() & ~col.isna()
+    if bad.any():
+        examples = col[bad].unique()[:5].tolist()
+        raise DataValidationError(
+            f"column {name!r} is continuous but holds non-numeric value(s) {examples} "
+            f"(first at row {int(np.flatnonzero(bad.to_numpy())[0])}); mark it categorical or clean it"
+        )
+    values = converted.to_numpy(dtype="float64", na_value=np.nan)
+    if np.isinf(values).any():
+        raise DataValidationError(
+            f"column {name!r} contains inf at row(s) {np.flatnonzero(np.isinf(values))[:5].tolist()}; "
+            "use NaN for a missing value"
+        )
+    return values
+
+
+@dataclass
+class EncodedTable:
+    values: np.ndarray  # (n, d) float32: standardised scalars / category indices; 0 where missing
+    missing: np.ndarray  # (n, d) bool
+
+
+@dataclass
+class TableEncoder:
+    """Fitted on training rows only: per continuous column a mean and a (population) std."""
+
+    schema: TableSchema
+    means: dict[str, float]
+    stds: dict[str, float]
+
+    @classmethod
+    def fit(cls, frame: pd.DataFrame, schema: TableSchema) -> TableEncoder:
+        means: dict[str, float] = {}
+        stds: dict[str, float] = {}
+        for spec in schema.columns:
+            if spec.kind != CONTINUOUS:
+                continue
+            x = _numeric_column(frame[spec.name], spec.name)
+            x = x[~np.isnan(x)]
+            if x.size == 0:
+                raise DataValidationError(f"column {spec.name!r} has no observed values (all missing)")
+            mean, std = float(x.mean()), float(x.std())
+            means[spec.name] = mean
+            stds[spec.name] = std if std > 0 else 1.0  # a constant column stays 0 after centring
+        return cls(schema, means, stds)
+
+    def align(self, frame: pd.DataFrame, columns: Sequence[str] | None = None) -> pd.DataFrame:
+        """Check that ``frame`` has the named columns (default: all); return them in schema order."""
+        wanted = list(columns) if columns is not None else self.schema.names
+        have = [str(c) for c in frame.columns]
+        missing = [c for c in wanted if c not in have]
+        extra = [c for c in have if c not in wanted]
+        if missing or extra:
+            raise DataValidationError(
+                f"columns do not match those seen at fit: missing {missing}, unexpected {extra}"
+            )
+        frame = frame.copy()
+        frame.columns = have
+        return frame[wanted]
+
+    def transform(self, frame: pd.DataFrame, *, absent: Sequence[str] = ()) -> EncodedTable:
+        """Encode ``frame``. Columns named in ``absent`` (e.g. targets at predict time) need not be
+        present and are encoded as missing."""
+        check_table(frame)
+        present = [c for c in self.schema.names if c not in absent]
+        frame = self.align(frame, present) if absent else self.align(frame)
+        n, d = frame.shape[0], len(self.schema.columns)
+        values = np.zeros((n, d), dtype=np.float32)
+        missing = np.ones((n, d), dtype=bool)
+        for j, spec in enumerate(self.schema.columns):
+            if spec.name not in present:
+                continue
+            col = frame[spec.name]
+            if spec.kind == CONTINUOUS:
+                x = _numeric_column(col, spec.name)
+                miss = np.isnan(x)
+                z = (x - self.means[spec.name]) / self.stds[spec.name]
+                values[:, j] = np.where(miss, 0.0, z)
+            else:
+                codes = _category_codes(col, spec)
+                miss = codes < 0
+                values[:, j] = np.where(miss, 0, codes)
+            missing[:, j] = miss
+        return EncodedTable(values, missing)
+
+    def decode_continuous(self, name: str, z: np.ndarray) -> np.ndarray:
+        return z * self.stds[name] + self.means[name]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": self.schema.to_dict(), "means": self.means, "stds": self.stds}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TableEncoder:
+        return cls(TableSchema.from_dict(d["schema"]), dict(d["means"]), dict(d["stds"]))
+
+
+def _category_codes(col: pd.Series, spec: ColumnSpec) -> np.ndarray:
+    """Index of each cell's category; -1 for missing and (with a warning) for unseen categories."""
+    lookup = {cat: i for i, cat in enumerate(spec.categories)}
+    isna = col.isna().to_numpy()
+    # dict lookup matches 1 == 1.0 == np.int64(1) == True, so integer-valued floats find their ints
+    mapped = col.astype(object).map(lambda v: lookup.get(v, -1) if v is not None else -1)
+    codes = np.array(mapped.to_numpy(dtype=np.int64, na_value=-1))
+    codes[isna] = -1
+    unseen = col[(codes < 0) & ~isna].tolist()
+    if unseen:
+        warnings.warn(
+            f"column {spec.name!r}: {len(unseen)} cell(s) hold categories not seen at fit time "
+            f"(e.g. {list(dict.fromkeys(unseen))[:5]}); they are treated as missing",
+            UserWarning,
+            stacklevel=3,
+        )
+    return codes

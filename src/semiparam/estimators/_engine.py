@@ -1,0 +1,357 @@
+"""The model-agnostic core behind every table estimator.
+
+``TableLearner`` owns one fitted table model: its schema and encoder (fitted on training rows
+only), the ``nn.Module``, the context it predicts from, and save/load. Estimators are thin shells
+that turn user input into a DataFrame and a list of target columns and decode the outputs.
+
+A table model (``models.registry``) provides::
+
+    forward(values, hidden) -> ColumnOutputs                        # training: rows attend freely
+    encode_context(values, hidden) -> state                         # once per fitted context
+    forward_queries(values, hidden, state) -> ColumnOutputs         # query rows from the context
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from safetensors.torch import load_file, save_file
+
+from .._config import FrozenConfig
+from ..data.table import DataValidationError, EncodedTable, TableEncoder, TableSchema
+from ..models.registry import get_model
+from ..nn.columns import CATEGORICAL, ColumnOutputs
+from ..training.losses import cell_losses, gaussian_std
+from ..training.masking import mask_for_inference
+from ..training.trainer import Batch, BestCheckpoint, ProgressBar, Trainer, TrainHistory
+from ..training.config import TrainConfig
+
+FORMAT_VERSION = 1
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} requested but CUDA is not available")
+    return dev
+
+
+def stratified_order(n: int, strata: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
+    """A random permutation of ``range(n)`` in which consecutive chunks keep the strata's shares:
+    shuffle, sort stably by stratum, then deal rows round-robin (row k goes to slot k % n_slots)."""
+    perm = rng.permutation(n)
+    if strata is None:
+        return perm
+    return perm[np.argsort(strata[perm], kind="stable")]
+
+
+def split_validation(
+    n: int, fraction: float, strata: np.ndarray | None, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """(train_idx, val_idx): a stratified hold-out; no hold-out when it would be too small."""
+    n_val = int(math.floor(n * fraction))
+    if fraction <= 0 or n_val < 1 or n - n_val < 2:
+        return np.arange(n), np.zeros(0, dtype=np.int64)
+    order = stratified_order(n, strata, rng)
+    # every (1/fraction)-th row of the stratum-sorted order: keeps class shares
+    step = n / n_val
+    val_pos = np.unique(np.floor(np.arange(n_val) * step + rng.uniform(0, step)).astype(np.int64))
+    val_pos = val_pos[val_pos < n]
+    val = order[val_pos]
+    train = np.setdiff1d(np.arange(n), val)
+    return train, np.sort(val)
+
+
+class TableLearner:
+    """One fitted table model (see module docstring)."""
+
+    def __init__(
+        self,
+        model_name: str,
+        model_config: FrozenConfig,
+        train_config: TrainConfig,
+        *,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+        verbose: bool | None = None,
+    ) -> None:
+        self.model_name = model_name
+        self.model_config = model_config
+        self.train_config = train_config
+        self.device = resolve_device(device)
+        self.seed = int(seed)
+        self.verbose = verbose
+        self.encoder: TableEncoder | None = None
+        self.module: torch.nn.Module | None = None
+        self.context: EncodedTable | None = None
+        self.history: TrainHistory | None = None
+        self._context_state: Any = None
+
+    # -- fitting ------------------------------------------------------------------------------
+    @property
+    def schema(self) -> TableSchema:
+        assert self.encoder is not None
+        return self.encoder.schema
+
+    def _target_mask(self) -> torch.Tensor:
+        d = len(self.schema.columns)
+        mask = torch.zeros(d, dtype=torch.bool, device=self.device)
+        mask[self.schema.target_indices] = True
+        return mask
+
+    def _strata(self, enc: EncodedTable) -> np.ndarray | None:
+        """Class labels of the first categorical target (missing = its own stratum), if any."""
+        for j in self.schema.target_indices:
+            if self.schema.columns[j].kind == CATEGORICAL:
+                return np.where(enc.missing[:, j], -1, enc.values[:, j]).astype(np.int64)
+        return None
+
+    def _build_module(self) -> torch.nn.Module:
+        _, module_cls = get_model(self.model_name)
+        return module_cls(self.model_config, self.schema.layout()).to(self.device)
+
+    def fit(
+        self,
+        frame: pd.DataFrame,
+        schema: TableSchema,
+        *,
+        unlabeled: pd.DataFrame | None = None,
+    ) -> TableLearner:
+        """Train on ``frame`` (all schema columns). ``unlabeled`` rows (features only) join
+        training with their targets hidden: the paper's transductive mode."""
+        cfg = self.train_config
+        stats_frame = frame
+        if unlabeled is not None:
+            # NOTE: standardisation uses the training-visible rows (train + unlabeled features),
+            # never any held-out target (spec-npt section 9, item 10).
+            stats_frame = pd.concat([frame, unlabeled.reindex(columns=frame.columns)], ignore_index=True)
+        self.encoder = TableEncoder.fit(stats_frame, schema)
+        enc = self.encoder.transform(frame)
+        rng = np.random.default_rng(self.seed)
+        strata = self._strata(enc)
+        has_targets = bool(schema.targets)
+        train_idx, val_idx = split_validation(
+            len(frame), cfg.validation_fraction if has_targets else 0.0, strata, rng
+        )
+        train_values = enc.values[train_idx]
+        train_missing = enc.missing[train_idx]
+        labelled = np.ones(len(train_idx), dtype=bool)
+        if unlabeled is not None and len(unlabeled):
+            enc_u = self.encoder.transform(unlabeled, absent=schema.targets)
+            train_values = np.concatenate([train_values, enc_u.values])
+            train_missing = np.concatenate([train_missing, enc_u.missing])
+            labelled = np.concatenate([labelled, np.zeros(len(enc_u.values), dtype=bool)])
+        train_strata = None
+        if strata is not None and cfg.class_balance:
+            train_strata = np.concatenate(
+                [strata[train_idx], np.full(len(train_values) - len(train_idx), -2)]
+            )
+
+        values_t = torch.as_tensor(train_values, device=self.device)
+        missing_t = torch.as_tensor(train_missing, device=self.device)
+        labelled_t = torch.as_tensor(labelled, device=self.device)
+        n_rows = len(values_t)
+        n_batches = max(1, math.ceil(n_rows / cfg.batch_size))
+        epoch_batches: list[np.ndarray] = []
+
+        def next_batch(step: int) -> Batch:
+            if n_batches == 1:
+                return Batch(values_t, missing_t, labelled_t)
+            if not epoch_batches:  # new epoch: a fresh stratified deal of rows into batches
+                order = stratified_order(n_rows, train_strata, rng)
+                epoch_batches.extend(order[k::n_batches] for k in range(n_batches))
+            idx = torch.as_tensor(epoch_batches.pop(), device=self.device)
+            return Batch(values_t[idx], missing_t[idx], labelled_t[idx])
+
+        fork_devices = [self.device.index or 0] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=fork_devices):
+            torch.manual_seed(self.seed)
+            self.module = self._build_module()
+            generator = torch.Generator(device=self.device).manual_seed(self.seed)
+            callbacks: list[Any] = [ProgressBar(self.verbose, f"{self.model_name} fit")]
+            evaluate = None
+            if len(val_idx):
+                callbacks.append(BestCheckpoint(cfg.patience))
+                val = EncodedTable(enc.values[val_idx], enc.missing[val_idx])
+                ctx = EncodedTable(enc.values[train_idx], enc.missing[train_idx])
+                evaluate = lambda: self._target_loss(ctx, val)  # noqa: E731
+            trainer = Trainer(
+                self.module,
+                self.schema.layout(),
+                self._target_mask(),
+                cfg,
+                callbacks=callbacks,
+                generator=generator,
+            )
+            self.history = trainer.fit(next_batch, evaluate)
+        # predict from every labelled row (train + validation), as the paper's test mode does
+        self.set_context(EncodedTable(enc.values, enc.missing))
+        return self
+
+    def set_context(self, context: EncodedTable) -> None:
+        """Rows predictions attend to; sampled (stratified, seeded) down to ``max_context_rows``."""
+        limit = self.train_config.max_context_rows
+        if len(context.values) > limit:
+            rng = np.random.default_rng(self.seed + 1)
+            order = stratified_order(len(context.values), self._strata(context), rng)
+            keep = np.sort(order[np.linspace(0, len(order) - 1, limit).astype(np.int64)])
+            context = EncodedTable(context.values[keep], context.missing[keep])
+        self.context = context
+        self._context_state = None
+
+    # -- prediction ---------------------------------------------------------------------------
+    def _context_inputs(self, context: EncodedTable) -> tuple[torch.Tensor, torch.Tensor]:
+        values = torch.as_tensor(context.values, device=self.device)
+        missing = torch.as_tensor(context.missing, device=self.device)
+        # Training labels are visible context only if the model was trained to read them
+        # (stochastic target masking); with p_target = 1 the model never saw a label as input.
+        hide = self._target_mask() if self.train_config.p_target >= 1.0 else torch.zeros_like(self._target_mask())
+        return mask_for_inference(values, missing, hide_columns=hide)
+
+    @torch.no_grad()
+    def _encode(self, context: EncodedTable) -> Any:
+        assert self.module is not None
+        self.module.eval()
+        return self.module.encode_context(*self._context_inputs(context))
+
+    @torch.no_grad()
+    def _query_outputs(self, queries: EncodedTable, state: Any) -> ColumnOutputs:
+        assert self.module is not None
+        self.module.eval()
+        pieces: list[ColumnOutputs] = []
+        bs = self.train_config.predict_batch_size
+        hide = self._target_mask()
+        for start in range(0, len(queries.values), bs):
+            values = torch.as_tensor(queries.values[start : start + bs], device=self.device)
+            missing = torch.as_tensor(queries.missing[start : start + bs], device=self.device)
+            v, h = mask_for_inference(values, missing, hide_columns=hide)
+            pieces.append(self.module.forward_queries(v, h, state))
+        return ColumnOutputs(
+            torch.cat([p.continuous for p in pieces]),
+            [torch.cat([p.categorical[k] for p in pieces]) for k in range(len(pieces[0].categorical))],
+        )
+
+    def _target_loss(self, context: EncodedTable, queries: EncodedTable) -> float:
+        """Mean target loss of ``queries`` predicted from ``context`` (validation)."""
+        was_training = self.module.training if self.module is not None else False
+        outputs = self._query_outputs(queries, self._encode(context))
+        true = torch.as_tensor(queries.values, device=self.device)
+        scored = ~torch.as_tensor(queries.missing, device=self.device) & self._target_mask()
+        losses = cell_losses(outputs, true, self.schema.layout())
+        if was_training and self.module is not None:
+            self.module.train()
+        return float((losses * scored).sum() / scored.sum().clamp(min=1))
+
+    def context_state(self) -> Any:
+        if self._context_state is None:
+            if self.context is None:
+                raise RuntimeError("the model has no context; fit it first")
+            self._context_state = self._encode(self.context)
+        return self._context_state
+
+    def predict_outputs(self, frame: pd.DataFrame, *, absent: Sequence[str] = ()) -> ColumnOutputs:
+        assert self.encoder is not None
+        queries = self.encoder.transform(frame, absent=absent)
+        return self._query_outputs(queries, self.context_state())
+
+    def predict_columns(
+        self, frame: pd.DataFrame, columns: Sequence[str], *, absent: Sequence[str] = ()
+    ) -> dict[str, dict[str, np.ndarray]]:
+        """Decoded predictions per column: ``{"mean": ..., "std": ...}`` for continuous columns
+        (original units; std only with a Gaussian head), ``{"proba": (n, C)}`` for categorical."""
+        outputs = self.predict_outputs(frame, absent=absent)
+        layout = self.schema.layout()
+        result: dict[str, dict[str, np.ndarray]] = {}
+        for name in columns:
+            j = self.schema.names.index(name)
+            if layout.kinds[j] == CATEGORICAL:
+                k = layout.categorical.index(j)
+                result[name] = {"proba": torch.softmax(outputs.categorical[k], -1).cpu().numpy()}
+            else:
+                k = layout.continuous.index(j)
+                out = outputs.continuous[:, k].cpu()
+                mean = self.encoder.decode_continuous(name, out[:, 0].numpy().astype(np.float64))
+                entry = {"mean": mean}
+                if out.shape[1] == 2:
+                    entry["std"] = gaussian_std(out[:, 1]).numpy().astype(np.float64) * self.encoder.stds[name]
+                result[name] = entry
+        return result
+
+    # -- persistence --------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        assert self.encoder is not None and self.history is not None
+        return {
+            "format_version": FORMAT_VERSION,
+            "model_name": self.model_name,
+            "model_config": self.model_config.to_dict(),
+            "train_config": self.train_config.to_dict(),
+            "encoder": self.encoder.to_dict(),
+            "seed": self.seed,
+            "device": str(self.device),
+            "history": self.history.to_dict(),
+        }
+
+    def save(self, path: str | Path, extra: dict[str, Any] | None = None) -> Path:
+        """Write ``semiparam.json`` (configs, schema, encoder, history), ``model.safetensors``
+        (weights) and ``context.safetensors`` (the encoded context rows). No pickle."""
+        if self.module is None or self.context is None:
+            raise RuntimeError("nothing to save: the model is not fitted")
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        meta = self.state_dict()
+        meta["estimator"] = extra or {}
+        (path / "semiparam.json").write_text(json.dumps(meta, indent=2, default=_json_default))
+        weights = {k: v.detach().cpu().contiguous() for k, v in self.module.state_dict().items()}
+        save_file(weights, str(path / "model.safetensors"))
+        save_file(
+            {
+                "values": torch.as_tensor(self.context.values),
+                "missing": torch.as_tensor(self.context.missing),
+            },
+            str(path / "context.safetensors"),
+        )
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path, *, device: str | torch.device | None = None) -> tuple[TableLearner, dict[str, Any]]:
+        path = Path(path)
+        meta_file = path / "semiparam.json"
+        if not meta_file.exists():
+            raise FileNotFoundError(f"{path} is not a saved semiparam model (no semiparam.json)")
+        meta = json.loads(meta_file.read_text())
+        if meta.get("format_version") != FORMAT_VERSION:
+            raise ValueError(f"unsupported model format {meta.get('format_version')!r} in {path}")
+        config_cls, _ = get_model(meta["model_name"])
+        learner = cls(
+            meta["model_name"],
+            config_cls.from_dict(meta["model_config"]),
+            TrainConfig.from_dict(meta["train_config"]),
+            device=device or meta["device"],
+            seed=meta["seed"],
+        )
+        learner.encoder = TableEncoder.from_dict(meta["encoder"])
+        learner.history = TrainHistory(**meta["history"])
+        learner.module = learner._build_module()
+        learner.module.load_state_dict(load_file(str(path / "model.safetensors"), device=str(learner.device)))
+        learner.module.eval()
+        ctx = load_file(str(path / "context.safetensors"))
+        learner.context = EncodedTable(ctx["values"].numpy(), ctx["missing"].numpy())
+        return learner, meta["estimator"]
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"cannot store {type(value).__name__} in JSON")
+
+
+__all__ = ["TableLearner", "DataValidationError", "resolve_device"]

@@ -1,0 +1,159 @@
+"""scikit-learn style front doors shared by the table estimators.
+
+``__init__`` stores parameters only; ``fit`` validates, encodes, builds and trains through
+:class:`TableLearner`; learned state ends in ``_``. ``save(path)`` / ``load(path)`` store weights
+and fitted state as safetensors + JSON (no pickle).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sklearn.base import BaseEstimator
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_array, check_is_fitted, validate_data
+
+from .._config import ConfigError
+from ..data.table import DataValidationError, check_table
+from ..models.registry import get_model
+from ..training.config import TrainConfig
+from ._engine import TableLearner
+
+# estimator arguments that override fields of TrainConfig when not None
+_TRAIN_ARGS = (
+    "max_steps",
+    "batch_size",
+    "learning_rate",
+    "p_feature",
+    "p_target",
+    "validation_fraction",
+    "patience",
+)
+
+
+class TableEstimatorMixin(BaseEstimator):
+    """Parameters, config resolution, input conversion and persistence common to all estimators."""
+
+    _model_name = "npt"
+
+    def _configs(self) -> tuple[Any, TrainConfig]:
+        config_cls, _ = get_model(self._model_name)
+        model_config = config_cls.preset(self.preset)
+        if self.model_options:
+            model_config = config_cls.from_dict(dict(self.model_options), base=model_config)
+        train_config = TrainConfig.preset(self.preset)
+        explicit = {name: getattr(self, name) for name in _TRAIN_ARGS if getattr(self, name) is not None}
+        options = dict(self.train_options or {})
+        clash = sorted(set(explicit) & set(options))
+        if clash:
+            raise ConfigError(f"{clash} given both as arguments and in train_options")
+        train_config = TrainConfig.from_dict({**explicit, **options}, base=train_config)
+        return self._adjust_model_config(model_config), train_config
+
+    def _adjust_model_config(self, model_config: Any) -> Any:
+        return model_config
+
+    def _new_learner(self) -> TableLearner:
+        model_config, train_config = self._configs()
+        seed = check_random_state(self.random_state).randint(0, 2**31 - 1)
+        return TableLearner(
+            self._model_name, model_config, train_config, device=self.device, seed=seed, verbose=self.verbose
+        )
+
+    def _as_frame(self, X: Any, *, reset: bool) -> pd.DataFrame:
+        """Validate ``X`` (DataFrame or 2-D array-like) and return it as a DataFrame with the
+        column names seen at fit (``x0, x1, ...`` for arrays)."""
+        if isinstance(X, pd.DataFrame):
+            validate_data(self, X, reset=reset, skip_check_array=True)
+            frame = X.copy()
+            frame.columns = [str(c) for c in frame.columns]
+            if frame.shape[0] == 0:
+                raise DataValidationError("the table has no rows")
+        else:
+            array = check_array(
+                X, dtype=None, ensure_all_finite=False, ensure_min_samples=1, ensure_min_features=1
+            )
+            validate_data(self, array, reset=reset, skip_check_array=True)
+            frame = pd.DataFrame(array, columns=[f"x{j}" for j in range(array.shape[1])])
+            check_table(frame)
+            for name in frame.columns:  # numeric object columns of an array are numbers
+                if frame[name].dtype == object:
+                    converted = pd.to_numeric(frame[name], errors="coerce")
+                    if not (converted.isna() & frame[name].notna()).any():
+                        frame[name] = converted.astype("float64")
+        if not reset:
+            names = list(self.feature_columns_)
+            if list(frame.columns) != names:
+                if sorted(frame.columns) != sorted(names):
+                    raise DataValidationError(
+                        f"X has columns {list(frame.columns)}, but the model was fitted on {names}"
+                    )
+                frame = frame[names]
+        return frame
+
+    def _categorical_features(self, frame: pd.DataFrame) -> list[str] | None:
+        if self.categorical_features is None:
+            return None
+        names = list(frame.columns)
+        out = []
+        for c in self.categorical_features:
+            if isinstance(c, (int, np.integer)) and not isinstance(c, bool):
+                if not 0 <= c < len(names):
+                    raise DataValidationError(f"categorical_features index {c} out of range for {len(names)} columns")
+                out.append(names[c])
+            elif str(c) in names:
+                out.append(str(c))
+            else:
+                raise DataValidationError(f"categorical_features names unknown column {c!r}; columns are {names}")
+        return out
+
+    def _unlabeled_frame(self, X_unlabeled: Any) -> pd.DataFrame | None:
+        if X_unlabeled is None:
+            return None
+        return self._as_frame(X_unlabeled, reset=False)
+
+    # -- persistence --------------------------------------------------------------------------
+    def _fitted_extra(self) -> dict[str, Any]:
+        return {}
+
+    def _restore_extra(self, extra: dict[str, Any]) -> None:
+        pass
+
+    def save(self, path: str | Path) -> Path:
+        """Save the fitted estimator to directory ``path`` (created if needed)."""
+        check_is_fitted(self, "learner_")
+        extra = {
+            "class": type(self).__name__,
+            "params": {k: v for k, v in self.get_params(deep=False).items()},
+            "feature_columns": list(self.feature_columns_),
+            "n_features_in": int(self.n_features_in_),
+            "feature_names_in": list(self.feature_names_in_) if hasattr(self, "feature_names_in_") else None,
+            **self._fitted_extra(),
+        }
+        return self.learner_.save(path, extra)
+
+    @classmethod
+    def load(cls, path: str | Path, *, device: str | None = None) -> Any:
+        """Load an estimator written by :meth:`save`; it predicts exactly as the saved one."""
+        learner, extra = TableLearner.load(path, device=device)
+        if extra.get("class") != cls.__name__:
+            raise ValueError(f"{path} holds a {extra.get('class')}, not a {cls.__name__}")
+        params = dict(extra["params"])
+        if device is not None:
+            params["device"] = device
+        est = cls(**params)
+        est.learner_ = learner
+        est.feature_columns_ = list(extra["feature_columns"])
+        est.n_features_in_ = extra["n_features_in"]
+        if extra.get("feature_names_in") is not None:
+            est.feature_names_in_ = np.asarray(extra["feature_names_in"], dtype=object)
+        est._restore_extra(extra)
+        return est
+
+    @property
+    def history_(self) -> Any:
+        check_is_fitted(self, "learner_")
+        return self.learner_.history

@@ -1,0 +1,105 @@
+"""Fill every missing cell of a mixed-type table from the masking objective."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sklearn.base import TransformerMixin
+from sklearn.utils.validation import check_is_fitted
+
+from ..data.table import infer_schema
+from ..nn.columns import CATEGORICAL
+from .base import TableEstimatorMixin
+
+
+class TableImputer(TransformerMixin, TableEstimatorMixin):
+    """Impute missing cells (NaN, None, pd.NA) of any column, continuous or categorical.
+
+    The model is trained by masked reconstruction alone: every observed cell is a candidate for
+    feature masking (``p_feature``, default 0.15 of the CPU preset) and the loss is the feature
+    loss, i.e. NPT/SPIN trained with lambda = 1 and no target columns (NPT section 2.7,
+    "imputation"). ``transform`` predicts each missing cell from the row's observed cells and the
+    training rows as context: the mean for continuous columns, the most probable category otherwise.
+
+    Parameters are those of the classifiers (see ``NPTClassifier``), plus ``model``: ``"npt"`` or
+    ``"spin"``.
+    """
+
+    def __init__(
+        self,
+        model: str = "npt",
+        preset: str = "cpu",
+        *,
+        max_steps: int | None = None,
+        batch_size: int | None = None,
+        learning_rate: float | None = None,
+        p_feature: float | None = None,
+        categorical_features: Sequence[Any] | None = None,
+        model_options: dict[str, Any] | None = None,
+        train_options: dict[str, Any] | None = None,
+        device: str = "cpu",
+        random_state: Any = None,
+        verbose: bool | None = None,
+    ) -> None:
+        self.model = model
+        self.preset = preset
+        self.max_steps = max_steps
+        self.batch_size = batch_size
+        self.learning_rate = learning_rate
+        self.p_feature = p_feature
+        self.categorical_features = categorical_features
+        self.model_options = model_options
+        self.train_options = train_options
+        self.device = device
+        self.random_state = random_state
+        self.verbose = verbose
+
+    # parameters of the supervised estimators that do not apply here
+    p_target = None
+    validation_fraction = None
+    patience = None
+
+    @property
+    def _model_name(self) -> str:  # type: ignore[override]
+        return self.model
+
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True
+        return tags
+
+    def fit(self, X: Any, y: Any = None) -> TableImputer:
+        frame = self._as_frame(X, reset=True)
+        self.feature_columns_ = list(frame.columns)
+        schema = infer_schema(frame, categorical=self._categorical_features(frame))
+        self.learner_ = self._new_learner().fit(frame, schema)
+        return self
+
+    def transform(self, X: Any) -> Any:
+        check_is_fitted(self, "learner_")
+        frame = self._as_frame(X, reset=False)
+        enc = self.learner_.encoder.transform(frame)
+        filled = frame.copy()
+        columns = [c for j, c in enumerate(frame.columns) if enc.missing[:, j].any()]
+        if columns:
+            preds = self.learner_.predict_columns(frame, columns)
+            for name in columns:
+                j = list(frame.columns).index(name)
+                rows = enc.missing[:, j] & frame[name].isna().to_numpy()
+                spec = self.learner_.schema.columns[j]
+                if spec.kind == CATEGORICAL:
+                    cats = np.asarray(spec.categories, dtype=object)
+                    fill = cats[np.argmax(preds[name]["proba"], axis=1)]
+                    if not pd.api.types.is_object_dtype(filled[name].dtype):
+                        filled[name] = filled[name].astype(object)
+                else:
+                    fill = preds[name]["mean"]
+                filled.loc[rows, name] = fill[rows]
+        if isinstance(X, pd.DataFrame):
+            filled.columns = X.columns
+            filled.index = X.index
+            return filled
+        return filled.to_numpy()

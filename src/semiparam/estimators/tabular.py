@@ -1,0 +1,282 @@
+"""Classifier, regressor and multi-target predictor over any table model (NPT, SPIN)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sklearn.base import ClassifierMixin, RegressorMixin
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, column_or_1d
+
+from ..data.table import ColumnSpec, DataValidationError, TableSchema, infer_schema
+from ..nn.columns import CATEGORICAL, CONTINUOUS
+from .base import TableEstimatorMixin
+
+TARGET = "__target__"
+
+
+def _common_init(self: Any, **kwargs: Any) -> None:
+    for name, value in kwargs.items():
+        setattr(self, name, value)
+
+
+class _SupervisedTableEstimator(TableEstimatorMixin):
+    def _fit_frame(self, X: Any, targets: pd.DataFrame, target_specs: Sequence[ColumnSpec], X_unlabeled: Any) -> None:
+        frame = self._as_frame(X, reset=True)
+        if len(targets) != len(frame):
+            raise DataValidationError(f"X has {len(frame)} rows but y has {len(targets)}")
+        clash = [c for c in targets.columns if c in frame.columns]
+        if clash:
+            raise DataValidationError(f"target name(s) {clash} clash with feature columns")
+        self.feature_columns_ = list(frame.columns)
+        unlabeled = self._unlabeled_frame(X_unlabeled)
+        pool = frame if unlabeled is None else pd.concat([frame, unlabeled], ignore_index=True)
+        feature_schema = infer_schema(pool, categorical=self._categorical_features(frame))
+        schema = TableSchema(
+            feature_schema.columns + tuple(target_specs), tuple(s.name for s in target_specs)
+        )
+        table = pd.concat([frame.reset_index(drop=True), targets.reset_index(drop=True)], axis=1)
+        self.learner_ = self._new_learner().fit(table, schema, unlabeled=unlabeled)
+
+    def _predict_targets(self, X: Any) -> dict[str, dict[str, np.ndarray]]:
+        check_is_fitted(self, "learner_")
+        frame = self._as_frame(X, reset=False)
+        targets = list(self.learner_.schema.targets)
+        return self.learner_.predict_columns(frame, targets, absent=targets)
+
+
+_PARAMS_DOC = """
+    Parameters
+    ----------
+    preset : {"cpu", "small", "base"}
+        Model and training preset: ``cpu`` (default, minutes on a laptop), the paper's NPT-Small or
+        NPT-Base settings.
+    max_steps, batch_size, learning_rate, p_feature, p_target, validation_fraction, patience :
+        Override the preset's training settings (see ``TrainConfig``) when not None.
+    categorical_features : list of column names or indices, optional
+        Force these feature columns to be categorical (default: inferred from dtypes).
+    model_options, train_options : dict, optional
+        Further ``ModelConfig`` / ``TrainConfig`` fields; unknown keys raise.
+    device : str
+        ``"cpu"``, ``"cuda"``, ``"cuda:1"``...
+    random_state : int, RandomState or None
+    verbose : bool or None
+        Progress bar; None shows it only on a terminal.
+"""
+
+
+class TableClassifier(ClassifierMixin, _SupervisedTableEstimator):
+    __doc__ = "Classify rows of a table with a table model.\n" + _PARAMS_DOC
+
+    def __init__(
+        self,
+        preset: str = "cpu",
+        *,
+        max_steps: int | None = None,
+        batch_size: int | None = None,
+        learning_rate: float | None = None,
+        p_feature: float | None = None,
+        p_target: float | None = None,
+        validation_fraction: float | None = None,
+        patience: int | None = None,
+        categorical_features: Sequence[Any] | None = None,
+        model_options: dict[str, Any] | None = None,
+        train_options: dict[str, Any] | None = None,
+        device: str = "cpu",
+        random_state: Any = None,
+        verbose: bool | None = None,
+    ) -> None:
+        _common_init(self, **{k: v for k, v in locals().items() if k not in ("self", "__class__")})
+
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True
+        tags.non_deterministic = False
+        return tags
+
+    def fit(self, X: Any, y: Any, X_unlabeled: Any = None) -> TableClassifier:
+        """Fit on ``X`` (DataFrame or array) and labels ``y``. ``X_unlabeled``: extra rows without
+        labels that join training (transductive mode of the paper)."""
+        y = column_or_1d(np.asarray(y) if not isinstance(y, pd.Series) else y.to_numpy(), warn=True)
+        if pd.isna(pd.Series(y)).any():
+            raise DataValidationError("y contains missing labels; pass unlabeled rows as X_unlabeled")
+        check_classification_targets(y)
+        self.classes_ = np.unique(y)
+        spec = ColumnSpec(TARGET, CATEGORICAL, tuple(c.item() if isinstance(c, np.generic) else c for c in self.classes_))
+        self._fit_frame(X, pd.DataFrame({TARGET: pd.Series(y, dtype=object)}), [spec], X_unlabeled)
+        return self
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        return self._predict_targets(X)[TARGET]["proba"]
+
+    def predict(self, X: Any) -> np.ndarray:
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+
+    def _fitted_extra(self) -> dict[str, Any]:
+        return {"classes": self.classes_.tolist(), "classes_dtype": self.classes_.dtype.str}
+
+    def _restore_extra(self, extra: dict[str, Any]) -> None:
+        dtype = np.dtype(extra["classes_dtype"]) if extra["classes_dtype"][1] != "O" else object
+        self.classes_ = np.asarray(extra["classes"], dtype=dtype)
+
+
+class TableRegressor(RegressorMixin, _SupervisedTableEstimator):
+    __doc__ = (
+        "Regress one or several continuous targets with a table model.\n" + _PARAMS_DOC +
+        """    loss : {"squared_error", "gaussian"}
+        ``squared_error`` is the paper's objective; ``gaussian`` adds a predictive standard
+        deviation (``predict(X, return_std=True)``).
+"""
+    )
+
+    def __init__(
+        self,
+        preset: str = "cpu",
+        *,
+        loss: str = "squared_error",
+        max_steps: int | None = None,
+        batch_size: int | None = None,
+        learning_rate: float | None = None,
+        p_feature: float | None = None,
+        p_target: float | None = None,
+        validation_fraction: float | None = None,
+        patience: int | None = None,
+        categorical_features: Sequence[Any] | None = None,
+        model_options: dict[str, Any] | None = None,
+        train_options: dict[str, Any] | None = None,
+        device: str = "cpu",
+        random_state: Any = None,
+        verbose: bool | None = None,
+    ) -> None:
+        _common_init(self, **{k: v for k, v in locals().items() if k not in ("self", "__class__")})
+
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True
+        tags.target_tags.multi_output = True
+        return tags
+
+    def _adjust_model_config(self, model_config: Any) -> Any:
+        if self.loss not in ("squared_error", "gaussian"):
+            raise ValueError(f"loss must be 'squared_error' or 'gaussian', got {self.loss!r}")
+        return model_config.replace(gaussian_head=self.loss == "gaussian")
+
+    def fit(self, X: Any, y: Any, X_unlabeled: Any = None) -> TableRegressor:
+        """Fit on ``X`` and a continuous target ``y`` (n,) or several, ``y`` (n, k)."""
+        y_arr = np.asarray(y.to_numpy() if isinstance(y, (pd.Series, pd.DataFrame)) else y)
+        if y_arr.dtype == object:
+            y_arr = pd.DataFrame(y_arr).apply(pd.to_numeric, errors="raise").to_numpy()
+        y_arr = y_arr.astype(np.float64)
+        self._y_ndim = y_arr.ndim
+        y2 = y_arr.reshape(len(y_arr), -1)
+        if not np.isfinite(y2).all():
+            raise DataValidationError("y contains NaN or inf; pass unlabeled rows as X_unlabeled")
+        names = [TARGET] if y_arr.ndim == 1 else [f"{TARGET}{k}" for k in range(y2.shape[1])]
+        self.n_outputs_ = len(names)
+        targets = pd.DataFrame(y2, columns=names)
+        self._fit_frame(X, targets, [ColumnSpec(n, CONTINUOUS) for n in names], X_unlabeled)
+        return self
+
+    def predict(self, X: Any, return_std: bool = False) -> Any:
+        out = self._predict_targets(X)
+        names = list(self.learner_.schema.targets)
+        mean = np.column_stack([out[n]["mean"] for n in names])
+        if return_std:
+            if "std" not in out[names[0]]:
+                raise ValueError("return_std=True needs a model fitted with loss='gaussian'")
+            std = np.column_stack([out[n]["std"] for n in names])
+        if self._y_ndim == 1:
+            mean = mean[:, 0]
+            std = std[:, 0] if return_std else None
+        return (mean, std) if return_std else mean
+
+    def _fitted_extra(self) -> dict[str, Any]:
+        return {"y_ndim": self._y_ndim, "n_outputs": self.n_outputs_}
+
+    def _restore_extra(self, extra: dict[str, Any]) -> None:
+        self._y_ndim = extra["y_ndim"]
+        self.n_outputs_ = extra["n_outputs"]
+
+
+class TablePredictor(_SupervisedTableEstimator):
+    """Predict one or several target columns of mixed kinds, named inside a DataFrame.
+
+    ``fit(frame)`` trains with ``targets`` as target columns; ``predict(frame)`` returns a
+    DataFrame with one column per target (the class for a categorical target, the mean for a
+    continuous one) plus ``<target>_proba_<class>`` / ``<target>_std`` columns. Used by the CLI.
+    """
+
+    def __init__(
+        self,
+        targets: Sequence[str] = (),
+        preset: str = "cpu",
+        *,
+        model: str = "npt",
+        loss: str = "squared_error",
+        max_steps: int | None = None,
+        batch_size: int | None = None,
+        learning_rate: float | None = None,
+        p_feature: float | None = None,
+        p_target: float | None = None,
+        validation_fraction: float | None = None,
+        patience: int | None = None,
+        categorical_features: Sequence[Any] | None = None,
+        model_options: dict[str, Any] | None = None,
+        train_options: dict[str, Any] | None = None,
+        device: str = "cpu",
+        random_state: Any = None,
+        verbose: bool | None = None,
+    ) -> None:
+        _common_init(self, **{k: v for k, v in locals().items() if k not in ("self", "__class__")})
+
+    @property
+    def _model_name(self) -> str:  # type: ignore[override]
+        return self.model
+
+    def _adjust_model_config(self, model_config: Any) -> Any:
+        if self.loss not in ("squared_error", "gaussian"):
+            raise ValueError(f"loss must be 'squared_error' or 'gaussian', got {self.loss!r}")
+        return model_config.replace(gaussian_head=self.loss == "gaussian")
+
+    def fit(self, frame: pd.DataFrame, X_unlabeled: Any = None) -> TablePredictor:
+        if not isinstance(frame, pd.DataFrame):
+            raise TypeError("TablePredictor.fit takes a DataFrame that holds the target columns")
+        if not self.targets:
+            raise DataValidationError("give at least one target column")
+        frame = frame.copy()
+        frame.columns = [str(c) for c in frame.columns]
+        targets = [str(t) for t in self.targets]
+        missing = [t for t in targets if t not in frame.columns]
+        if missing:
+            raise DataValidationError(f"target column(s) {missing} not in the table; it has {list(frame.columns)}")
+        labels = frame[targets]
+        if labels.isna().any().any():
+            bad = labels.columns[labels.isna().any()].tolist()
+            raise DataValidationError(f"target column(s) {bad} have missing values; drop those rows or pass them as X_unlabeled")
+        cats = self._categorical_features(frame)
+        target_specs = infer_schema(labels, categorical=[t for t in targets if cats and t in cats]).columns
+        self._fit_frame(frame.drop(columns=targets), labels, list(target_specs), X_unlabeled)
+        return self
+
+    def predict(self, frame: Any) -> pd.DataFrame:
+        if isinstance(frame, pd.DataFrame):
+            frame = frame.drop(columns=[t for t in self.targets if t in frame.columns])
+        out = self._predict_targets(frame)
+        result: dict[str, Any] = {}
+        for spec in self.learner_.schema.columns:
+            if spec.name not in self.learner_.schema.targets:
+                continue
+            entry = out[spec.name]
+            if spec.kind == CATEGORICAL:
+                cats = np.asarray(spec.categories, dtype=object)
+                result[spec.name] = cats[np.argmax(entry["proba"], axis=1)]
+                for k, c in enumerate(spec.categories):
+                    result[f"{spec.name}_proba_{c}"] = entry["proba"][:, k]
+            else:
+                result[spec.name] = entry["mean"]
+                if "std" in entry:
+                    result[f"{spec.name}_std"] = entry["std"]
+        return pd.DataFrame(result)

@@ -1,0 +1,162 @@
+"""Per-column input embeddings and output heads shared by NPT and SPIN.
+
+A table enters a model as two tensors:
+
+- ``values (n_rows, n_cols)`` float: a standardised scalar for a continuous column, the category
+  index (stored as a float) for a categorical column. Hidden cells hold anything; they are zeroed.
+- ``hidden (n_rows, n_cols)`` bool: the mask bit, True where the value is hidden (masked or missing).
+
+Each column j is embedded as in NPT (appendix C.3.1): its one-hot or scalar encoding with the mask
+bit appended, a linear map of its own to width ``d_embedding`` (with bias), plus a learned
+column-index embedding and, when the table mixes both kinds, a learned column-type embedding.
+For a categorical column ``Linear([one_hot, mask_bit])`` equals ``E[index] * (1 - m) + w_m * m + b``,
+which is what we compute: one lookup in a table of all columns' categories instead of one-hot vectors.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+CONTINUOUS = "continuous"
+CATEGORICAL = "categorical"
+
+
+@dataclass(frozen=True)
+class ColumnLayout:
+    """What a model needs to know about the columns: kind and cardinality, in table order."""
+
+    kinds: tuple[str, ...]
+    cardinalities: tuple[int, ...]  # number of categories; 0 for continuous columns
+
+    def __post_init__(self) -> None:
+        if len(self.kinds) != len(self.cardinalities):
+            raise ValueError("kinds and cardinalities must have the same length")
+        if not self.kinds:
+            raise ValueError("a table needs at least one column")
+        for j, (kind, card) in enumerate(zip(self.kinds, self.cardinalities)):
+            if kind == CATEGORICAL and card < 1:
+                raise ValueError(f"categorical column {j} has {card} categories")
+            if kind not in (CONTINUOUS, CATEGORICAL):
+                raise ValueError(f"column {j} has unknown kind {kind!r}")
+
+    @property
+    def n_columns(self) -> int:
+        return len(self.kinds)
+
+    @property
+    def continuous(self) -> list[int]:
+        return [j for j, k in enumerate(self.kinds) if k == CONTINUOUS]
+
+    @property
+    def categorical(self) -> list[int]:
+        return [j for j, k in enumerate(self.kinds) if k == CATEGORICAL]
+
+
+@dataclass
+class ColumnOutputs:
+    """Per-column predictions of a model.
+
+    ``continuous (n_rows, n_continuous, n_out)``: n_out = 1 (mean, standardised units) or 2 (mean and
+    raw scale of a Gaussian head); ``categorical``: one ``(n_rows, n_categories_j)`` logit tensor per
+    categorical column, in layout order.
+    """
+
+    continuous: Tensor
+    categorical: list[Tensor]
+
+    def rows(self, index: Tensor | slice) -> ColumnOutputs:
+        return ColumnOutputs(self.continuous[index], [c[index] for c in self.categorical])
+
+
+class ColumnEmbedding(nn.Module):
+    """``(values, hidden) (n, d) -> (n, d, d_embedding)``."""
+
+    def __init__(self, layout: ColumnLayout, d_embedding: int, *, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.layout = layout
+        cont = layout.continuous
+        cat = layout.categorical
+        self.register_buffer("cont_idx", torch.tensor(cont, dtype=torch.long), persistent=False)
+        self.register_buffer("cat_idx", torch.tensor(cat, dtype=torch.long), persistent=False)
+        cards = [layout.cardinalities[j] for j in cat]
+        offsets = [0]
+        for c in cards[:-1]:
+            offsets.append(offsets[-1] + c)
+        self.register_buffer("cat_offsets", torch.tensor(offsets, dtype=torch.long), persistent=False)
+        # nn.Linear's default init draws U(-1/sqrt(fan_in), 1/sqrt(fan_in)); fan_in = e_j + 1.
+        bound_cont = 1.0 / math.sqrt(2.0)
+        self.cont_value = nn.Parameter(_uniform((len(cont), d_embedding), bound_cont))
+        self.cont_mask = nn.Parameter(_uniform((len(cont), d_embedding), bound_cont))
+        self.cont_bias = nn.Parameter(_uniform((len(cont), d_embedding), bound_cont))
+        # one bound per category row of the shared table, 1/sqrt(C_j + 1) for column j's rows
+        row_bounds = torch.tensor([1.0 / math.sqrt(c + 1.0) for c in cards for _ in range(c)])
+        cat_bounds = torch.tensor([1.0 / math.sqrt(c + 1.0) for c in cards]).view(-1, 1)
+        self.cat_table = nn.Parameter(_uniform((sum(cards), d_embedding), 1.0) * row_bounds.view(-1, 1))
+        self.cat_mask = nn.Parameter(_uniform((len(cat), d_embedding), 1.0) * cat_bounds)
+        self.cat_bias = nn.Parameter(_uniform((len(cat), d_embedding), 1.0) * cat_bounds)
+        self.index_embedding = nn.Embedding(layout.n_columns, d_embedding)
+        # The type embedding is skipped when every column has the same kind (NPT reference code).
+        self.use_type = bool(cont) and bool(cat)
+        if self.use_type:
+            self.type_embedding = nn.Embedding(2, d_embedding)
+            col_type = torch.tensor([int(k == CATEGORICAL) for k in layout.kinds], dtype=torch.long)
+            self.register_buffer("col_type", col_type, persistent=False)
+        self.dropout = nn.Dropout(dropout)
+        self.d_embedding = d_embedding
+
+    def forward(self, values: Tensor, hidden: Tensor) -> Tensor:
+        n, d = values.shape
+        if d != self.layout.n_columns:
+            raise ValueError(f"expected {self.layout.n_columns} columns, got {d}")
+        out = values.new_zeros(n, d, self.d_embedding)
+        m = hidden.to(values.dtype)
+        if self.cont_idx.numel():
+            x = values[:, self.cont_idx] * (1.0 - m[:, self.cont_idx])  # hidden value -> 0
+            mc = m[:, self.cont_idx].unsqueeze(-1)
+            out[:, self.cont_idx] = x.unsqueeze(-1) * self.cont_value + mc * self.cont_mask + self.cont_bias
+        if self.cat_idx.numel():
+            mk = hidden[:, self.cat_idx]
+            codes = values[:, self.cat_idx].long().masked_fill(mk, 0)  # hidden -> any valid code
+            emb = self.cat_table[codes + self.cat_offsets]  # (n, n_cat, e)
+            mc = mk.to(values.dtype).unsqueeze(-1)
+            out[:, self.cat_idx] = emb * (1.0 - mc) + mc * self.cat_mask + self.cat_bias
+        out = out + self.index_embedding.weight
+        if self.use_type:
+            out = out + self.type_embedding(self.col_type)
+        return self.dropout(out)
+
+
+class ColumnHeads(nn.Module):
+    """``(n, d, d_embedding) -> ColumnOutputs``: one linear head per column (NPT appendix C.3.2)."""
+
+    def __init__(
+        self, layout: ColumnLayout, d_embedding: int, *, gaussian: bool = False, dropout: float = 0.1
+    ) -> None:
+        super().__init__()
+        self.layout = layout
+        self.n_out = 2 if gaussian else 1
+        cont = layout.continuous
+        self.register_buffer("cont_idx", torch.tensor(cont, dtype=torch.long), persistent=False)
+        self.cat_columns = layout.categorical
+        bound = 1.0 / math.sqrt(d_embedding)
+        self.cont_weight = nn.Parameter(_uniform((len(cont), d_embedding, self.n_out), bound))
+        self.cont_bias = nn.Parameter(_uniform((len(cont), self.n_out), bound))
+        self.cat_heads = nn.ModuleList(
+            nn.Linear(d_embedding, layout.cardinalities[j]) for j in self.cat_columns
+        )
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, h: Tensor) -> ColumnOutputs:
+        h = self.dropout(h)
+        # (n, n_cont, e) x (n_cont, e, n_out) -> (n, n_cont, n_out)
+        cont = torch.einsum("nce,ceo->nco", h[:, self.cont_idx], self.cont_weight) + self.cont_bias
+        cat = [head(h[:, j]) for j, head in zip(self.cat_columns, self.cat_heads)]
+        return ColumnOutputs(cont, cat)
+
+
+def _uniform(shape: tuple[int, ...], bound: float) -> Tensor:
+    return (torch.rand(shape) * 2 - 1) * bound

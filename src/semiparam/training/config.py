@@ -1,0 +1,79 @@
+"""Optimisation settings shared by every table model (NPT appendix C.1, C.5)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from .._config import ConfigError, FrozenConfig
+from .masking import MaskingPolicy
+
+
+@dataclass(frozen=True)
+class TrainConfig(FrozenConfig):
+    max_steps: int = 400
+    learning_rate: float = 1e-3
+    lr_schedule: Literal["flat_cosine", "poly_warmup", "constant"] = "flat_cosine"
+    flat_fraction: float = 0.5  # NPT-Small 0.5, NPT-Base 0.7
+    warmup_fraction: float = 0.01  # poly_warmup only
+    # feature-loss weight lambda: "cosine" anneals lambda_start -> 0; "fixed" keeps lambda_start
+    tradeoff: Literal["cosine", "fixed"] = "cosine"
+    tradeoff_start: float = 1.0
+    p_feature: float = 0.15
+    p_target: float = 1.0
+    randomize_fraction: float = 0.1
+    # NOTE[DIFF-free]: the reference code clamps each gradient element to [-1, 1] ("value")
+    clip_mode: Literal["value", "norm", "none"] = "value"
+    clip_value: float = 1.0
+    lookahead_k: int = 6
+    lookahead_alpha: float = 0.5
+    batch_size: int = 2048  # rows per training step; a smaller table is one full batch
+    class_balance: bool = True  # class-stratified minibatches on the first categorical target
+    validation_fraction: float = 0.1  # rows held out to pick the best checkpoint; 0 = none
+    eval_every: int = 20  # steps between validation evaluations
+    patience: int | None = None  # evaluations without improvement before stopping; None = never
+    max_context_rows: int = 8192  # training rows a prediction attends to (sampled if more)
+    predict_batch_size: int = 512  # query rows per forward pass at prediction
+
+    def validate(self) -> None:
+        if self.max_steps < 1:
+            raise ConfigError(f"max_steps must be >= 1, got {self.max_steps}")
+        if self.learning_rate <= 0:
+            raise ConfigError(f"learning_rate must be > 0, got {self.learning_rate}")
+        for name in ("flat_fraction", "warmup_fraction", "tradeoff_start"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if not 0.0 <= self.validation_fraction < 1.0:
+            raise ConfigError(f"validation_fraction must be in [0, 1), got {self.validation_fraction}")
+        for name in ("batch_size", "eval_every", "max_context_rows", "predict_batch_size", "lookahead_k"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.patience is not None and self.patience < 1:
+            raise ConfigError(f"patience must be >= 1 or None, got {self.patience}")
+        self.masking()  # validates the masking probabilities
+
+    def masking(self) -> MaskingPolicy:
+        return MaskingPolicy(
+            p_feature=self.p_feature, p_target=self.p_target, randomize_fraction=self.randomize_fraction
+        )
+
+    @classmethod
+    def cpu(cls) -> TrainConfig:
+        return cls()
+
+    @classmethod
+    def paper_small(cls) -> TrainConfig:
+        """NPT-Small: full batch, 2,000 steps, flat 50% then cosine, lr 1e-3 (appendix C.1.2)."""
+        return cls(max_steps=2000, flat_fraction=0.5, eval_every=1)
+
+    @classmethod
+    def paper_base(cls) -> TrainConfig:
+        """NPT-Base: batches of 2048 rows, flat 70% then cosine, lr 1e-3 (appendix C.1.1)."""
+        return cls(max_steps=400_000, flat_fraction=0.7, batch_size=2048, eval_every=1000)
+
+    @classmethod
+    def preset(cls, name: str) -> TrainConfig:
+        presets = {"cpu": cls.cpu, "small": cls.paper_small, "base": cls.paper_base}
+        if name not in presets:
+            raise ConfigError(f"unknown training preset {name!r}; choose from {sorted(presets)}")
+        return presets[name]()

@@ -1,0 +1,75 @@
+"""Losses on scored cells (NPT section 2.6, appendix C.5).
+
+Per cell: cross-entropy on a categorical column's logits; squared error in standardised units on a
+continuous column (or, with a Gaussian head, the Gaussian negative log-likelihood). Each group
+(targets, features) is a sum over its scored cells divided by their count, categorical and
+continuous cells pooled; the total is ``(1 - lam) * targets + lam * features``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..nn.columns import ColumnLayout, ColumnOutputs
+
+MIN_STD = 1e-3
+
+
+def gaussian_std(raw_scale: Tensor) -> Tensor:
+    """Predictive std of a Gaussian head from its raw output (softplus, floored)."""
+    return F.softplus(raw_scale) + MIN_STD
+
+
+def cell_losses(outputs: ColumnOutputs, true_values: Tensor, layout: ColumnLayout) -> Tensor:
+    """Loss of every cell ``(n, d)`` against ``true_values`` (uncorrupted, encoded)."""
+    n, d = true_values.shape
+    losses = true_values.new_zeros(n, d)
+    cont = layout.continuous
+    if cont:
+        y = true_values[:, cont]
+        mean = outputs.continuous[..., 0]
+        if outputs.continuous.shape[-1] == 2:
+            std = gaussian_std(outputs.continuous[..., 1])
+            losses[:, cont] = 0.5 * math.log(2 * math.pi) + torch.log(std) + 0.5 * ((y - mean) / std) ** 2
+        else:
+            losses[:, cont] = (mean - y) ** 2
+    for j, logits in zip(layout.categorical, outputs.categorical):
+        losses[:, j] = F.cross_entropy(logits, true_values[:, j].long(), reduction="none")
+    return losses
+
+
+def masked_mean(losses: Tensor, scored: Tensor) -> tuple[Tensor, int]:
+    """Mean of ``losses`` over ``scored`` cells (0 when none are scored) and the count."""
+    count = int(scored.sum())
+    if count == 0:
+        return losses.new_zeros(()), 0
+    return (losses * scored).sum() / count, count
+
+
+def npt_loss(
+    outputs: ColumnOutputs,
+    true_values: Tensor,
+    score_target: Tensor,
+    score_feature: Tensor,
+    layout: ColumnLayout,
+    lam: float,
+) -> tuple[Tensor, dict[str, float]]:
+    losses = cell_losses(outputs, true_values, layout)
+    target_loss, n_target = masked_mean(losses, score_target)
+    feature_loss, n_feature = masked_mean(losses, score_feature)
+    if n_target == 0:  # pure self-supervision (imputation) or a batch without scored targets
+        total = feature_loss if n_feature else target_loss
+    elif n_feature == 0:
+        total = target_loss
+    else:
+        total = (1.0 - lam) * target_loss + lam * feature_loss
+    stats = {
+        "loss": float(total.detach()),
+        "target_loss": float(target_loss.detach()),
+        "feature_loss": float(feature_loss.detach()),
+    }
+    return total, stats

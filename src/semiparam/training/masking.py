@@ -1,0 +1,120 @@
+"""Which cells a model sees and which it is scored on (NPT section 2.6 and appendix C.4).
+
+Training step (``mask_for_training``):
+
+- missing cells are hidden (value 0, mask bit 1) and never scored;
+- target cells: with ``p_target == 1`` every target is hidden and the labelled rows' targets are
+  scored; with ``p_target < 1`` each labelled target is selected with probability ``p_target``,
+  BERT-corrupted and scored, and the unselected ones stay *visible* as context for the others;
+  rows without a label (transductive extra rows) always have their target hidden and unscored;
+- feature cells (non-target, observed) are selected with probability ``p_feature``, corrupted and
+  scored by the auxiliary feature loss.
+
+BERT corruption of a selected cell is the paper's 90/10 split, not BERT's 80/10/10: with probability
+``1 - randomize_fraction`` the cell is hidden; otherwise it gets a random value (a uniform category,
+or N(0, 1) in standardised units) and its mask bit stays 0, so the model is not told which cells were
+replaced. Either way the cell is scored. Selection is an independent Bernoulli per cell (the
+reference code's count-then-pick sampler has an off-by-one in the randomised share).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .._config import ConfigError, FrozenConfig
+
+
+@dataclass(frozen=True)
+class MaskingPolicy(FrozenConfig):
+    p_feature: float = 0.15
+    p_target: float = 1.0
+    randomize_fraction: float = 0.1
+
+    def validate(self) -> None:
+        if not 0.0 <= self.p_feature < 1.0:
+            raise ConfigError(f"p_feature must be in [0, 1), got {self.p_feature}")
+        if not 0.0 < self.p_target <= 1.0:
+            raise ConfigError(f"p_target must be in (0, 1], got {self.p_target}")
+        if not 0.0 <= self.randomize_fraction <= 1.0:
+            raise ConfigError(f"randomize_fraction must be in [0, 1], got {self.randomize_fraction}")
+
+
+@dataclass
+class MaskedBatch:
+    """Model inputs for one step and the cells each loss is read on; all ``(n, d)``."""
+
+    values: Tensor  # float, after corruption
+    hidden: Tensor  # bool mask bit
+    score_target: Tensor  # bool
+    score_feature: Tensor  # bool
+
+
+def _corrupt(
+    values: Tensor,
+    hidden: Tensor,
+    selected: Tensor,
+    cardinalities: Tensor,
+    randomize_fraction: float,
+    generator: torch.Generator | None,
+) -> None:
+    """In place: hide most ``selected`` cells, give the rest a random value with mask bit 0."""
+    draw = torch.rand(values.shape, generator=generator, device=values.device)
+    randomize = selected & (draw < randomize_fraction)
+    hidden |= selected & ~randomize
+    if randomize.any():
+        cards = cardinalities.to(values.device).expand_as(values)
+        uniform = torch.rand(values.shape, generator=generator, device=values.device)
+        random_category = torch.floor(uniform * cards.clamp(min=1).to(values.dtype))
+        normal = torch.randn(values.shape, generator=generator, device=values.device)
+        random_value = torch.where(cards > 0, random_category, normal)
+        values[randomize] = random_value[randomize]
+
+
+def mask_for_training(
+    values: Tensor,
+    missing: Tensor,
+    *,
+    target_columns: Tensor,
+    labelled_rows: Tensor,
+    cardinalities: Tensor,
+    policy: MaskingPolicy,
+    generator: torch.Generator | None = None,
+) -> MaskedBatch:
+    """Sample one training step's masks. ``values``/``missing`` (n, d); ``target_columns`` (d,) bool;
+    ``labelled_rows`` (n,) bool: rows whose targets may be shown and scored; ``cardinalities`` (d,)
+    long, 0 for continuous columns."""
+    n, d = values.shape
+    values = values.clone()
+    hidden = missing.clone()
+    observed = ~missing
+    is_target = target_columns.view(1, d).expand(n, d)
+    scoreable_target = is_target & observed & labelled_rows.view(n, 1)
+    # rows without labels never show their targets
+    hidden |= is_target & ~labelled_rows.view(n, 1)
+
+    if policy.p_target >= 1.0:
+        hidden |= is_target
+        score_target = scoreable_target
+    else:
+        pick = torch.rand((n, d), generator=generator, device=values.device) < policy.p_target
+        score_target = scoreable_target & pick
+        _corrupt(values, hidden, score_target, cardinalities, policy.randomize_fraction, generator)
+
+    score_feature = torch.zeros_like(hidden)
+    if policy.p_feature > 0:
+        pick = torch.rand((n, d), generator=generator, device=values.device) < policy.p_feature
+        score_feature = ~is_target & observed & pick
+        _corrupt(values, hidden, score_feature, cardinalities, policy.randomize_fraction, generator)
+    values = values.masked_fill(hidden, 0.0)
+    return MaskedBatch(values, hidden, score_target, score_feature)
+
+
+def mask_for_inference(
+    values: Tensor, missing: Tensor, *, hide_columns: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Inputs at evaluation time: missing cells and every cell of ``hide_columns`` (d,) hidden."""
+    hidden = missing | hide_columns.view(1, -1)
+    return values.masked_fill(hidden, 0.0), hidden
