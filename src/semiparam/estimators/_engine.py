@@ -195,8 +195,21 @@ class TableLearner:
         self.set_context(EncodedTable(enc.values, enc.missing))
         return self
 
+    @property
+    def keeps_training_rows(self) -> bool:
+        """NPT predicts from stored training rows; a model whose class sets
+        ``keeps_training_rows = False`` (SPIN) predicts from an encoding of them, and the rows are
+        dropped once encoded. Such a module also provides ``state_to_tensors(state)`` and
+        ``state_from_tensors(tensors)`` so the encoding can be saved."""
+        return bool(getattr(type(self.module), "keeps_training_rows", True))
+
     def set_context(self, context: EncodedTable) -> None:
-        """Rows predictions attend to; sampled (stratified, seeded) down to ``max_context_rows``."""
+        """Rows predictions attend to. Models that keep rows sample them (stratified, seeded) down
+        to ``max_context_rows``; the others encode all of them now and drop the rows."""
+        if not self.keeps_training_rows:
+            self.context = None
+            self._context_state = self._encode(context)
+            return
         limit = self.train_config.max_context_rows
         if len(context.values) > limit:
             rng = np.random.default_rng(self.seed + 1)
@@ -205,6 +218,11 @@ class TableLearner:
             context = EncodedTable(context.values[keep], context.missing[keep])
         self.context = context
         self._context_state = None
+
+    def refresh_context(self, frame: pd.DataFrame) -> None:
+        """Replace the context with the rows of ``frame`` (all schema columns), without retraining."""
+        assert self.encoder is not None
+        self.set_context(self.encoder.transform(frame))
 
     # -- prediction ---------------------------------------------------------------------------
     def _context_inputs(self, context: EncodedTable) -> tuple[torch.Tensor, torch.Tensor]:
@@ -251,7 +269,7 @@ class TableLearner:
 
     def context_state(self) -> Any:
         if self._context_state is None:
-            if self.context is None:
+            if self.context is None:  # pragma: no cover - fit always sets one
                 raise RuntimeError("the model has no context; fit it first")
             self._context_state = self._encode(self.context)
         return self._context_state
@@ -301,7 +319,7 @@ class TableLearner:
     def save(self, path: str | Path, extra: dict[str, Any] | None = None) -> Path:
         """Write ``semiparam.json`` (configs, schema, encoder, history), ``model.safetensors``
         (weights) and ``context.safetensors`` (the encoded context rows). No pickle."""
-        if self.module is None or self.context is None:
+        if self.module is None or (self.context is None and self._context_state is None):
             raise RuntimeError("nothing to save: the model is not fitted")
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
@@ -310,13 +328,16 @@ class TableLearner:
         (path / "semiparam.json").write_text(json.dumps(meta, indent=2, default=_json_default))
         weights = {k: v.detach().cpu().contiguous() for k, v in self.module.state_dict().items()}
         save_file(weights, str(path / "model.safetensors"))
-        save_file(
-            {
+        if self.keeps_training_rows:
+            assert self.context is not None
+            context = {
                 "values": torch.as_tensor(self.context.values),
                 "missing": torch.as_tensor(self.context.missing),
-            },
-            str(path / "context.safetensors"),
-        )
+            }
+        else:  # only the encoding: the saved model holds no training row
+            state = self.module.state_to_tensors(self.context_state())
+            context = {k: v.detach().cpu().contiguous() for k, v in state.items()}
+        save_file(context, str(path / "context.safetensors"))
         return path
 
     @classmethod
@@ -341,8 +362,12 @@ class TableLearner:
         learner.module = learner._build_module()
         learner.module.load_state_dict(load_file(str(path / "model.safetensors"), device=str(learner.device)))
         learner.module.eval()
-        ctx = load_file(str(path / "context.safetensors"))
-        learner.context = EncodedTable(ctx["values"].numpy(), ctx["missing"].numpy())
+        if learner.keeps_training_rows:
+            ctx = load_file(str(path / "context.safetensors"))
+            learner.context = EncodedTable(ctx["values"].numpy(), ctx["missing"].numpy())
+        else:
+            ctx = load_file(str(path / "context.safetensors"), device=str(learner.device))
+            learner._context_state = learner.module.state_from_tensors(ctx)
         return learner, meta["estimator"]
 
 

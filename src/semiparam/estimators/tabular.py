@@ -41,6 +41,12 @@ class _SupervisedTableEstimator(TableEstimatorMixin):
         table = pd.concat([frame.reset_index(drop=True), targets.reset_index(drop=True)], axis=1)
         self.learner_ = self._new_learner().fit(table, schema, unlabeled=unlabeled)
 
+    def _context_frame(self, X: Any, targets: pd.DataFrame) -> pd.DataFrame:
+        frame = self._as_frame(X, reset=False).reset_index(drop=True)
+        if len(targets) != len(frame):
+            raise DataValidationError(f"X has {len(frame)} rows but y has {len(targets)}")
+        return pd.concat([frame, targets.reset_index(drop=True)], axis=1)
+
     def _predict_targets(self, X: Any) -> dict[str, dict[str, np.ndarray]]:
         check_is_fitted(self, "learner_")
         frame = self._as_frame(X, reset=False)
@@ -107,6 +113,18 @@ class TableClassifier(ClassifierMixin, _SupervisedTableEstimator):
         self.classes_ = np.unique(y)
         spec = ColumnSpec(TARGET, CATEGORICAL, tuple(c.item() if isinstance(c, np.generic) else c for c in self.classes_))
         self._fit_frame(X, pd.DataFrame({TARGET: pd.Series(y, dtype=object)}), [spec], X_unlabeled)
+        return self
+
+    def set_context(self, X: Any, y: Any) -> TableClassifier:
+        """Predict from the labelled rows ``(X, y)`` from now on, without retraining (e.g. after new
+        data arrive). Labels must be among ``classes_``."""
+        check_is_fitted(self, "learner_")
+        y = column_or_1d(np.asarray(y), warn=True)
+        unknown = sorted(set(np.unique(y).tolist()) - set(self.classes_.tolist()))
+        if unknown:
+            raise DataValidationError(f"labels {unknown} were not seen at fit; classes are {self.classes_.tolist()}")
+        table = self._context_frame(X, pd.DataFrame({TARGET: pd.Series(y, dtype=object)}))
+        self.learner_.refresh_context(table)
         return self
 
     def predict_proba(self, X: Any) -> np.ndarray:
@@ -178,6 +196,16 @@ class TableRegressor(RegressorMixin, _SupervisedTableEstimator):
         self.n_outputs_ = len(names)
         targets = pd.DataFrame(y2, columns=names)
         self._fit_frame(X, targets, [ColumnSpec(n, CONTINUOUS) for n in names], X_unlabeled)
+        return self
+
+    def set_context(self, X: Any, y: Any) -> TableRegressor:
+        """Predict from the labelled rows ``(X, y)`` from now on, without retraining."""
+        check_is_fitted(self, "learner_")
+        y2 = np.asarray(y, dtype=np.float64).reshape(len(y), -1)
+        names = list(self.learner_.schema.targets)
+        if y2.shape[1] != len(names):
+            raise DataValidationError(f"y has {y2.shape[1]} target column(s), the model {len(names)}")
+        self.learner_.refresh_context(self._context_frame(X, pd.DataFrame(y2, columns=names)))
         return self
 
     def predict(self, X: Any, return_std: bool = False) -> Any:
