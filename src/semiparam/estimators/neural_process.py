@@ -1,0 +1,496 @@
+"""Front doors of the neural processes: CIPNP, IPNP (inducing points) and CANP, ANP (baselines).
+
+Each estimator is meta-trained over many tasks drawn from a task sampler, then conditions on the
+context set of a new task at prediction time::
+
+    sampler = GPTaskSampler(kernel="rbf", min_ctx=64, max_ctx=128, random_state=0)
+    model = CIPNP(random_state=0).fit(sampler, max_steps=2000)
+    pred = model.predict(context_x, context_y, target_x)         # pred.mean, pred.std (, pred.samples)
+    ll = model.log_likelihood(context_x, context_y, target_x, target_y)   # per target point
+    model.save("cipnp"); CIPNP.load("cipnp")                       # safetensors + JSON, no pickle
+
+Inputs may be one task -- arrays ``(m,)`` or ``(m, x_dim)`` -- or a batch of tasks ``(B, m, x_dim)``
+with optional ``context_mask (B, m)`` / ``target_mask (B, n)`` (True = real point), or lists of
+per-task arrays of different lengths, which are padded here. Outputs are torch tensors on the
+model's device, shaped like the input (one task: no leading B); padded targets are NaN.
+``__init__`` stores parameters only; ``fit`` builds and trains the module and returns ``self``;
+fitted state ends in ``_``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from torch import Tensor
+
+from .._config import ConfigError
+from ..data.tasks import TaskBatch, pad_sequences
+from ..models.anp import ANPConfig, ANPModule
+from ..models.canp import CANPConfig, CANPModule
+from ..models.ipnp import CIPNPConfig, CIPNPModule, IPNPConfig, IPNPModule
+from ..models.np_base import NeuralProcess, NPConfig
+from ..training.np_loop import NPTrainConfig, NPTrainHistory, TaskSource, train_neural_process
+
+FORMAT_VERSION = 1
+_META_FILE = "neural_process.json"
+_WEIGHTS_FILE = "model.safetensors"
+
+ArrayLike = Any  # a torch tensor, a numpy array, nested lists of numbers, or a list of per-task
+# arrays (each a numpy array or torch tensor, lengths may differ)
+
+
+class NPPrediction(NamedTuple):
+    """Predictive ``mean`` and ``std`` (``(n, y_dim)`` or ``(B, n, y_dim)``); ``samples`` are the
+    decoder means under S latent draws (``(S, ...)``, sampled functions) for latent models, else None."""
+
+    mean: Tensor
+    std: Tensor
+    samples: Tensor | None = None
+
+
+class _Tasks(NamedTuple):
+    """Validated model inputs: padded tensors on the device, masks (None = no padding)."""
+
+    context_x: Tensor
+    context_y: Tensor
+    context_mask: Tensor | None
+    target_x: Tensor
+    target_y: Tensor | None
+    target_mask: Tensor | None
+    single: bool  # the caller passed one task (no batch axis)
+
+
+class NeuralProcessEstimator:
+    """Shared behaviour of the four neural processes; use :class:`CIPNP`, :class:`IPNP`,
+    :class:`CANP` or :class:`ANP`.
+
+    Parameters: ``config`` (the model's config dataclass; keyword ``options`` override its fields,
+    e.g. ``d_model=64``), ``random_state`` (seeds weight initialisation, training noise and the
+    latent draws of prediction), ``device`` (``"cpu"``, ``"cuda"``, ...).
+    """
+
+    _config_cls: type[NPConfig] = NPConfig
+    _module_cls: type[NeuralProcess] = NeuralProcess
+
+    def __init__(
+        self,
+        config: NPConfig | None = None,
+        *,
+        random_state: int | None = None,
+        device: str | torch.device = "cpu",
+        **options: Any,
+    ) -> None:
+        if config is not None and not isinstance(config, self._config_cls):
+            raise ConfigError(
+                f"{type(self).__name__} needs a {self._config_cls.__name__}, got {type(config).__name__}"
+            )
+        base = config if config is not None else self._config_cls()
+        self.config = self._config_cls.from_dict(options, base=base) if options else base
+        self.random_state = random_state
+        self.device = torch.device(device)
+        self.module_: NeuralProcess | None = None
+        self.config_: NPConfig | None = None  # resolved config the module was built with
+        self.train_config_: NPTrainConfig | None = None
+        self.history_: NPTrainHistory | None = None
+        self.seed_: int | None = None
+
+    # -- building and training ----------------------------------------------------------------------
+    @property
+    def is_latent(self) -> bool:
+        return getattr(self.config, "d_latent", None) is not None
+
+    @property
+    def n_parameters(self) -> int:
+        module = self._fitted()
+        return sum(p.numel() for p in module.parameters())
+
+    def _resolve_config(self, sampler: TaskSource) -> NPConfig:
+        """Fill settings left to fit time (the inducing-point count, h = floor(min_ctx / 2))."""
+        config = self.config
+        if isinstance(config, CIPNPConfig) and config.n_inducing is None:
+            min_ctx = getattr(sampler, "min_ctx", None)
+            if not isinstance(min_ctx, int) or min_ctx < 1:
+                raise ConfigError(
+                    f"n_inducing is None and the sampler has no usable min_ctx ({min_ctx!r}); "
+                    "pass n_inducing explicitly"
+                )
+            config = config.replace(n_inducing=max(1, min_ctx // 2))
+        return config
+
+    def _build(self, config: NPConfig, seed: int) -> NeuralProcess:
+        with torch.random.fork_rng(devices=[]):  # leave the caller's global RNG untouched
+            torch.manual_seed(seed)
+            module = self._module_cls(config)  # type: ignore[arg-type]
+        return module.to(self.device)
+
+    def _generator(self, seed: int) -> torch.Generator:
+        generator = torch.Generator(device=self.device)
+        generator.manual_seed(seed)
+        return generator
+
+    def fit(
+        self,
+        sampler: TaskSource,
+        max_steps: int | None = None,
+        *,
+        train_config: NPTrainConfig | None = None,
+        callback: Callable[[int, float], bool | None] | None = None,
+        **train_options: Any,
+    ) -> NeuralProcessEstimator:
+        """Meta-train on batches from ``sampler`` (anything with ``sample(batch_size) -> TaskBatch``,
+        e.g. :class:`~semiparam.np.GPTaskSampler`). ``max_steps`` and ``train_options`` override
+        fields of ``train_config`` (:class:`NPTrainConfig`: batch_size, learning_rate, ...).
+        ``callback(step, loss)`` runs after each step; returning True stops early. Returns self."""
+        if not callable(getattr(sampler, "sample", None)):
+            raise TypeError(f"sampler must have a sample(batch_size) method, got {type(sampler).__name__}")
+        overrides = dict(train_options)
+        if max_steps is not None:
+            overrides["max_steps"] = max_steps
+        config = NPTrainConfig.from_dict(overrides, base=train_config or NPTrainConfig())
+        seed = (
+            int(self.random_state)
+            if self.random_state is not None
+            else int(torch.randint(0, 2**31 - 1, ()).item())
+        )
+        model_config = self._resolve_config(sampler)
+        module = self._build(model_config, seed)
+
+        def draw_batch() -> tuple[Tensor | None, ...]:
+            batch = sampler.sample(config.batch_size)
+            if not isinstance(batch, TaskBatch):
+                raise TypeError(f"sampler.sample() must return a TaskBatch, got {type(batch).__name__}")
+            tasks = self._validate(
+                batch.context_x, batch.context_y, batch.target_x, batch.target_y,
+                batch.context_mask, batch.target_mask,
+            )
+            return (tasks.context_x, tasks.context_y, tasks.context_mask,
+                    tasks.target_x, tasks.target_y, tasks.target_mask)
+
+        history = train_neural_process(
+            module, draw_batch, config, generator=self._generator(seed + 1), callback=callback
+        )
+        self.module_, self.config_, self.train_config_ = module, model_config, config
+        self.history_, self.seed_ = history, seed
+        return self
+
+    # -- prediction ---------------------------------------------------------------------------------
+    def _fitted(self) -> NeuralProcess:
+        if self.module_ is None:
+            raise RuntimeError(f"this {type(self).__name__} is not fitted yet; call fit() or load() first")
+        return self.module_
+
+    @torch.no_grad()
+    def predict(
+        self,
+        context_x: ArrayLike,
+        context_y: ArrayLike,
+        target_x: ArrayLike,
+        *,
+        context_mask: ArrayLike | None = None,
+        target_mask: ArrayLike | None = None,
+        n_samples: int = 50,
+        random_state: int = 0,
+    ) -> NPPrediction:
+        """Predictive mean and std at ``target_x`` given the context (and, for latent models,
+        ``n_samples`` sampled functions). ``random_state`` seeds the latent draws."""
+        module = self._fitted()
+        tasks = self._validate(context_x, context_y, target_x, None, context_mask, target_mask)
+        _check_samples(n_samples)
+        mean, std, samples = module.predict(
+            tasks.context_x, tasks.context_y, tasks.context_mask, tasks.target_x,
+            n_samples=n_samples, generator=self._generator(random_state),
+        )
+        if tasks.target_mask is not None:
+            pad = ~tasks.target_mask[..., None]  # (B, n, 1)
+            mean, std = mean.masked_fill(pad, math.nan), std.masked_fill(pad, math.nan)
+            samples = None if samples is None else samples.masked_fill(pad[None], math.nan)
+        if tasks.single:
+            mean, std = mean[0], std[0]
+            samples = None if samples is None else samples[:, 0]
+        return NPPrediction(mean, std, samples)
+
+    @torch.no_grad()
+    def log_likelihood(
+        self,
+        context_x: ArrayLike,
+        context_y: ArrayLike,
+        target_x: ArrayLike,
+        target_y: ArrayLike,
+        *,
+        context_mask: ArrayLike | None = None,
+        target_mask: ArrayLike | None = None,
+        n_samples: int = 50,
+        random_state: int = 0,
+    ) -> Tensor:
+        """log p(y_t | x_t, context) per target point: ``(n,)`` for one task, ``(B, n)`` for a batch,
+        NaN at padded targets. Latent models average the likelihood over ``n_samples`` draws of z
+        from p(z | context) (logmeanexp, as the paper evaluates)."""
+        module = self._fitted()
+        tasks = self._validate(context_x, context_y, target_x, target_y, context_mask, target_mask)
+        _check_samples(n_samples)
+        assert tasks.target_y is not None
+        ll = module.target_log_likelihood(
+            tasks.context_x, tasks.context_y, tasks.context_mask, tasks.target_x, tasks.target_y,
+            n_samples=n_samples, generator=self._generator(random_state),
+        )  # (B, n)
+        if tasks.target_mask is not None:
+            ll = ll.masked_fill(~tasks.target_mask, math.nan)
+        return ll[0] if tasks.single else ll
+
+    def evaluate(self, batches: Iterable[TaskBatch], *, n_samples: int = 50, random_state: int = 0) -> float:
+        """Mean target log-likelihood over ``batches``: per batch the mean over its real target
+        points, then the mean over batches (the paper's ``tar_ll``)."""
+        scores = []
+        for i, batch in enumerate(batches):
+            ll = self.log_likelihood(
+                batch.context_x, batch.context_y, batch.target_x, batch.target_y,
+                context_mask=batch.context_mask, target_mask=batch.target_mask,
+                n_samples=n_samples, random_state=random_state + i,
+            )
+            scores.append(float(ll[~ll.isnan()].mean()))
+        if not scores:
+            raise ValueError("evaluate() got no batches")
+        return float(np.mean(scores))
+
+    # -- input validation ---------------------------------------------------------------------------
+    def _validate(
+        self,
+        context_x: ArrayLike,
+        context_y: ArrayLike,
+        target_x: ArrayLike,
+        target_y: ArrayLike | None,
+        context_mask: ArrayLike | None,
+        target_mask: ArrayLike | None,
+    ) -> _Tasks:
+        config = self.config_ or self.config
+        cx, cmask_pad, single_cx = _as_batch("context_x", context_x, config.x_dim)
+        cy, _, single_cy = _as_batch("context_y", context_y, config.y_dim)
+        tx, tmask_pad, single_tx = _as_batch("target_x", target_x, config.x_dim)
+        arrays = {"context_x": cx, "context_y": cy, "target_x": tx}
+        singles = {"context_x": single_cx, "context_y": single_cy, "target_x": single_tx}
+        ty = None
+        if target_y is not None:
+            ty, _, singles["target_y"] = _as_batch("target_y", target_y, config.y_dim)
+            arrays["target_y"] = ty
+        if len(set(singles.values())) != 1:
+            raise ValueError(f"mix of one task and batches of tasks: {singles} (True = one task)")
+        single = single_cx
+        n_tasks = {name: int(a.shape[0]) for name, a in arrays.items()}
+        if len(set(n_tasks.values())) != 1:
+            raise ValueError(f"inputs disagree on the number of tasks: {n_tasks}")
+        if cx.shape[1] != cy.shape[1]:
+            raise ValueError(
+                f"context_x has {cx.shape[1]} points per task but context_y has {cy.shape[1]}"
+            )
+        if ty is not None and tx.shape[1] != ty.shape[1]:
+            raise ValueError(f"target_x has {tx.shape[1]} points per task but target_y has {ty.shape[1]}")
+        if cx.shape[1] == 0:
+            raise ValueError("the context is empty: a neural process needs at least one context point")
+        if tx.shape[1] == 0:
+            raise ValueError("there are no target points to predict")
+        cmask = _merge_mask("context_mask", context_mask, cmask_pad, cx.shape[:2], single)
+        tmask = _merge_mask("target_mask", target_mask, tmask_pad, tx.shape[:2], single)
+        if cmask is not None:
+            empty = (~cmask.any(dim=1)).nonzero().flatten().tolist()
+            if empty:
+                raise ValueError(f"task(s) {empty[:10]} have an empty context (context_mask all False)")
+        for name, values, mask in (
+            ("context_x", cx, cmask), ("context_y", cy, cmask), ("target_x", tx, tmask), ("target_y", ty, tmask)
+        ):
+            if values is None:
+                continue
+            bad = ~torch.isfinite(values).all(dim=-1)  # (B, k)
+            if mask is not None:
+                bad &= mask
+            if bool(bad.any()):
+                task, point = (int(i) for i in bad.nonzero()[0])
+                raise ValueError(
+                    f"{name} has {int(bad.sum())} point(s) with NaN or inf values "
+                    f"(first: task {task}, point {point}); remove or impute them"
+                )
+        device = self.device
+
+        def put(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t.to(device)
+
+        # an all-True mask is the same as none, and lets attention take its unmasked fast path
+        cmask = None if cmask is not None and bool(cmask.all()) else cmask
+        tmask = None if tmask is not None and bool(tmask.all()) else tmask
+        return _Tasks(put(cx), put(cy), put(cmask), put(tx), put(ty), put(tmask), single)  # type: ignore[arg-type]
+
+    # -- persistence --------------------------------------------------------------------------------
+    def save(self, path: str | Path) -> Path:
+        """Write ``neural_process.json`` (model name, configs, seed, history) and
+        ``model.safetensors`` (weights) into the directory ``path``. No pickle."""
+        module = self._fitted()
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        assert self.config_ is not None
+        meta = {
+            "format_version": FORMAT_VERSION,
+            "model": type(self).__name__,
+            "config": self.config_.to_dict(),
+            "train_config": None if self.train_config_ is None else self.train_config_.to_dict(),
+            "random_state": self.random_state,
+            "seed": self.seed_,
+            "history": None if self.history_ is None else self.history_.to_dict(),
+        }
+        (path / _META_FILE).write_text(json.dumps(meta, indent=2))
+        weights = {k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()}
+        save_file(weights, str(path / _WEIGHTS_FILE))
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path, *, device: str | torch.device = "cpu") -> NeuralProcessEstimator:
+        """Read a model written by :meth:`save`. Called on this base class it returns whichever
+        model was saved; on a subclass the saved model must be of that class."""
+        path = Path(path)
+        meta_file = path / _META_FILE
+        if not meta_file.exists():
+            raise FileNotFoundError(f"{path} is not a saved neural process (no {_META_FILE})")
+        meta = json.loads(meta_file.read_text())
+        if meta.get("format_version") != FORMAT_VERSION:
+            raise ValueError(f"unsupported neural process format {meta.get('format_version')!r} in {path}")
+        saved = _MODELS.get(meta.get("model", ""))
+        if saved is None:
+            raise ValueError(f"unknown model {meta.get('model')!r} in {meta_file}; known: {sorted(_MODELS)}")
+        if cls is not NeuralProcessEstimator and saved is not cls:
+            raise ValueError(f"{path} holds a {saved.__name__}, not a {cls.__name__}")
+        config = saved._config_cls.from_dict(meta["config"])
+        estimator = saved(config, random_state=meta.get("random_state"), device=device)
+        module = estimator._build(config, seed=0)
+        module.load_state_dict(load_file(str(path / _WEIGHTS_FILE), device=str(estimator.device)))
+        module.eval()
+        estimator.module_, estimator.config_, estimator.seed_ = module, config, meta.get("seed")
+        if meta.get("train_config") is not None:
+            estimator.train_config_ = NPTrainConfig.from_dict(meta["train_config"])
+        if meta.get("history") is not None:
+            estimator.history_ = NPTrainHistory(**meta["history"])
+        return estimator
+
+    def __repr__(self) -> str:
+        fitted = "fitted" if self.module_ is not None else "not fitted"
+        return f"{type(self).__name__}({self.config!r}, random_state={self.random_state}, device='{self.device}', {fitted})"
+
+
+class CIPNP(NeuralProcessEstimator):
+    """Conditional Inducing Point Neural Process: SPIN (XABD) encoder over the context, targets
+    cross-attend to h inducing points, Gaussian head (sigma = 0.1 + 0.9 softplus). Options: the
+    fields of :class:`~semiparam.models.ipnp.CIPNPConfig` (``n_inducing=None`` -> min_ctx // 2)."""
+
+    _config_cls = CIPNPConfig
+    _module_cls = CIPNPModule
+
+
+class IPNP(NeuralProcessEstimator):
+    """Inducing Point Neural Process with a global latent z, trained by the ELBO. Options: the fields
+    of :class:`~semiparam.models.ipnp.IPNPConfig`."""
+
+    _config_cls = IPNPConfig
+    _module_cls = IPNPModule
+
+
+class CANP(NeuralProcessEstimator):
+    """Conditional Attentive Neural Process (Kim et al. 2019): self-attention over the context.
+    Options: the fields of :class:`~semiparam.models.canp.CANPConfig`."""
+
+    _config_cls = CANPConfig
+    _module_cls = CANPModule
+
+
+class ANP(NeuralProcessEstimator):
+    """Attentive Neural Process (Kim et al. 2019) with a global latent, trained by the ELBO. Options:
+    the fields of :class:`~semiparam.models.anp.ANPConfig`."""
+
+    _config_cls = ANPConfig
+    _module_cls = ANPModule
+
+
+_MODELS: dict[str, type[NeuralProcessEstimator]] = {c.__name__: c for c in (CIPNP, IPNP, CANP, ANP)}
+
+
+def load_neural_process(path: str | Path, *, device: str | torch.device = "cpu") -> NeuralProcessEstimator:
+    """Load any saved neural process (CIPNP, IPNP, CANP or ANP)."""
+    return NeuralProcessEstimator.load(path, device=device)
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+
+def _check_samples(n_samples: int) -> None:
+    if not isinstance(n_samples, int) or n_samples < 1:
+        raise ValueError(f"n_samples must be a positive integer, got {n_samples!r}")
+
+
+def _to_tensor(name: str, value: ArrayLike) -> Tensor:
+    if isinstance(value, Tensor):
+        tensor = value.detach()
+    else:
+        try:
+            tensor = torch.as_tensor(np.asarray(value, dtype=np.float32))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{name} could not be read as an array of numbers: {err}") from None
+    if tensor.is_complex() or tensor.dtype == torch.bool:
+        raise ValueError(f"{name} must hold real numbers, got dtype {tensor.dtype}")
+    return tensor.to(torch.float32)
+
+
+def _as_batch(name: str, value: ArrayLike, dim: int) -> tuple[Tensor, Tensor | None, bool]:
+    """``value`` -> ``(B, k, dim)`` float32 on the CPU, the padding mask of a ragged list input (else
+    None), and whether it was a single task."""
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, (Tensor, np.ndarray)) for v in value):
+        # a list of per-task arrays (ragged): pad them into one batch
+        items = [_to_tensor(f"{name}[{i}]", v) for i, v in enumerate(value)]
+        for i, t in enumerate(items):
+            if t.ndim not in (1, 2):
+                raise ValueError(f"{name}[{i}] must be (k,) or (k, dim) for one task, got shape {tuple(t.shape)}")
+        items = [t[:, None] if t.ndim == 1 else t for t in items]  # (k_i,) -> (k_i, 1)
+        for t in items:
+            _check_dim(name, t, dim)
+        padded, mask = pad_sequences(items)
+        return padded, (None if bool(mask.all()) else mask), False
+    tensor = _to_tensor(name, value)
+    if tensor.ndim == 1:
+        return tensor[None, :, None], None, True  # (k,) -> (1, k, 1)
+    if tensor.ndim == 2:
+        _check_dim(name, tensor, dim)
+        return tensor[None], None, True
+    if tensor.ndim == 3:
+        _check_dim(name, tensor, dim)
+        return tensor, None, False
+    raise ValueError(
+        f"{name} must be (k,) or (k, dim) for one task or (B, k, dim) for a batch, got shape {tuple(tensor.shape)}"
+    )
+
+
+def _check_dim(name: str, tensor: Tensor, dim: int) -> None:
+    if tensor.shape[-1] != dim:
+        raise ValueError(
+            f"{name} has {tensor.shape[-1]} value(s) per point (shape {tuple(tensor.shape)}) but the model "
+            f"expects {dim}"
+        )
+
+
+def _merge_mask(
+    name: str, given: ArrayLike | None, padding: Tensor | None, shape: Sequence[int], single: bool
+) -> Tensor | None:
+    """Combine a user mask with the padding mask of a ragged list input; check its shape."""
+    if given is None:
+        return padding
+    mask = given.detach().cpu() if isinstance(given, Tensor) else torch.as_tensor(np.asarray(given))
+    if mask.dtype != torch.bool:
+        if not bool(((mask == 0) | (mask == 1)).all()):
+            raise ValueError(f"{name} must be boolean (True = real point)")
+        mask = mask.bool()
+    if single and mask.ndim == 1:
+        mask = mask[None]
+    if tuple(mask.shape) != tuple(shape):
+        raise ValueError(f"{name} has shape {tuple(mask.shape)} but the points have shape {tuple(shape)}")
+    return mask if padding is None else mask & padding

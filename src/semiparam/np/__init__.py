@@ -1,0 +1,60 @@
+"""Neural processes over whole context sets: inducing-point NPs (SPIN paper) and attentive baselines.
+
+``semiparam.np`` is the front door of the meta-learning half of the library::
+
+    from semiparam.np import GPTaskSampler, CIPNP, IPNP, CANP, ANP
+
+    sampler = GPTaskSampler(kernel="rbf", min_ctx=64, max_ctx=128, random_state=0)
+    model = CIPNP(random_state=0).fit(sampler, max_steps=2000)
+    batch = sampler.sample(16)             # context_x, context_y, target_x, target_y (+ masks)
+    pred = model.predict(batch.context_x, batch.context_y, batch.target_x)
+    ll = model.log_likelihood(batch.context_x, batch.context_y, batch.target_x, batch.target_y)
+
+Models: :class:`CIPNP` (conditional, SPIN encoder), :class:`IPNP` (SPIN encoder + global latent,
+ELBO), and the baselines :class:`CANP` and :class:`ANP` (Kim et al. 2019, self-attention over the
+context). Each takes ``random_state`` and ``device`` and saves to safetensors + JSON.
+"""
+
+from ..data.gp import KERNELS, GPTaskSampler, gp_log_likelihood, kernel_matrix, load_eval_set
+from ..data.tasks import TaskBatch, load_task_batches, pad_sequences, save_task_batches
+from ..estimators.neural_process import (
+    ANP,
+    CANP,
+    CIPNP,
+    IPNP,
+    NeuralProcessEstimator,
+    NPPrediction,
+    load_neural_process,
+)
+from ..models.anp import ANPConfig
+from ..models.canp import CANPConfig
+from ..models.ipnp import CIPNPConfig, IPNPConfig
+from ..training.np_loop import NPTrainConfig, NPTrainHistory
+
+load = load_neural_process
+
+__all__ = [
+    "ANP",
+    "ANPConfig",
+    "CANP",
+    "CANPConfig",
+    "CIPNP",
+    "CIPNPConfig",
+    "GPTaskSampler",
+    "IPNP",
+    "IPNPConfig",
+    "KERNELS",
+    "NPPrediction",
+    "NPTrainConfig",
+    "NPTrainHistory",
+    "NeuralProcessEstimator",
+    "TaskBatch",
+    "gp_log_likelihood",
+    "kernel_matrix",
+    "load",
+    "load_eval_set",
+    "load_neural_process",
+    "load_task_batches",
+    "pad_sequences",
+    "save_task_batches",
+]
