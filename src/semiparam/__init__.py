@@ -5,12 +5,15 @@ from .data.table import DataValidationError, TableEncoder, TableSchema, infer_sc
 from .estimators import (
     NPTClassifier,
     NPTRegressor,
+    SPINClassifier,
+    SPINRegressor,
     TableClassifier,
     TableImputer,
     TablePredictor,
     TableRegressor,
 )
 from .models.npt import NPT, NPTConfig
+from .models.spin import SPIN, SPINConfig
 from .training.config import TrainConfig
 
 __version__ = "0.1.0"
@@ -22,6 +25,10 @@ __all__ = [
     "NPTClassifier",
     "NPTConfig",
     "NPTRegressor",
+    "SPIN",
+    "SPINClassifier",
+    "SPINConfig",
+    "SPINRegressor",
     "TableClassifier",
     "TableEncoder",
     "TableImputer",

@@ -44,7 +44,7 @@ class TableEstimatorMixin(BaseEstimator):
         model_config = config_cls.preset(self.preset)
         if self.model_options:
             model_config = config_cls.from_dict(dict(self.model_options), base=model_config)
-        train_config = TrainConfig.preset(self.preset)
+        train_config = TrainConfig.preset(self.preset, model=self._model_name)
         explicit = {name: getattr(self, name) for name in _TRAIN_ARGS if getattr(self, name) is not None}
         options = dict(self.train_options or {})
         clash = sorted(set(explicit) & set(options))

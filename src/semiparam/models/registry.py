@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from .npt import NPT, NPTConfig
+from .spin import SPIN, SPINConfig
 
-_MODELS: dict[str, tuple[type[Any], type[Any]]] = {"npt": (NPTConfig, NPT)}
+_MODELS: dict[str, tuple[type[Any], type[Any]]] = {"npt": (NPTConfig, NPT), "spin": (SPINConfig, SPIN)}
 
 
 def register_model(name: str, config_cls: type[Any], module_cls: type[Any]) -> None:

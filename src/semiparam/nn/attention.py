@@ -41,9 +41,10 @@ def attention_scale(width: int, n_heads: int, scale: AttentionScale) -> float:
 
 
 class MultiheadAttention(nn.Module):
-    """Queries attend to keys/values: ``(B, n_q, w) x (B, n_kv, w) -> (B, n_q, w)``.
+    """Queries attend to keys/values: ``(B, n_q, w) x (B, n_kv, w_kv) -> (B, n_q, w)``.
 
-    Q, K and V are each one ``Linear(w, w)`` split into heads; ``out`` mixes the heads (W^O).
+    Q is ``Linear(w, w)``, K and V are ``Linear(w_kv, w)`` (``w_kv = kv_width``, default ``w``),
+    each split into heads; ``out`` mixes the heads (W^O).
     """
 
     def __init__(
@@ -53,6 +54,7 @@ class MultiheadAttention(nn.Module):
         *,
         attention_dropout: float = 0.0,
         scale: AttentionScale = "full",
+        kv_width: int | None = None,
     ) -> None:
         super().__init__()
         if width % n_heads != 0:
@@ -62,8 +64,8 @@ class MultiheadAttention(nn.Module):
         self.attention_dropout = attention_dropout
         self.scale = attention_scale(width, n_heads, scale)
         self.q = nn.Linear(width, width)
-        self.k = nn.Linear(width, width)
-        self.v = nn.Linear(width, width)
+        self.k = nn.Linear(kv_width or width, width)
+        self.v = nn.Linear(kv_width or width, width)
         self.out = nn.Linear(width, width)
 
     def _split(self, x: Tensor) -> Tensor:
@@ -72,8 +74,17 @@ class MultiheadAttention(nn.Module):
         return x.view(b, n, self.n_heads, self.width // self.n_heads).transpose(1, 2)
 
     def project_kv(self, kv_input: Tensor) -> tuple[Tensor, Tensor]:
-        """Keys and values of ``kv_input`` (B, n_kv, w), each (B, heads, n_kv, w / heads)."""
+        """Keys and values of ``kv_input`` (B, n_kv, w_kv), each (B, heads, n_kv, w / heads)."""
         return self._split(self.k(kv_input)), self._split(self.v(kv_input))
+
+    def project_q(self, q_input: Tensor) -> Tensor:
+        """Queries of ``q_input`` (B, n_q, w), split into heads: (B, heads, n_q, w / heads)."""
+        return self._split(self.q(q_input))
+
+    def merge_heads(self, y: Tensor) -> Tensor:
+        """Per-head attention outputs (B, heads, n_q, w / heads) -> mixed output (B, n_q, w)."""
+        b, _, n_q, _ = y.shape
+        return self.out(y.transpose(1, 2).reshape(b, n_q, self.width))
 
     def forward(
         self,
@@ -82,13 +93,19 @@ class MultiheadAttention(nn.Module):
         *,
         prefix_kv: tuple[Tensor, Tensor] | None = None,
         attn_mask: Tensor | None = None,
+        paired: bool = False,
     ) -> Tensor:
         """Attend from ``q_input`` to ``prefix_kv`` (precomputed) followed by ``kv_input``.
 
         ``prefix_kv`` lets cached keys/values of a context set (from :meth:`project_kv`) be reused
         across calls; ``attn_mask`` (bool, True = may attend) is over the concatenated keys.
+        ``paired=True``: query i attends to the prefix and to row i of ``kv_input`` only.
         """
         q = self._split(self.q(q_input))
+        if paired:
+            if prefix_kv is None or kv_input is None:
+                raise ValueError("paired attention needs prefix_kv and kv_input")
+            return self.out(self._paired(q, prefix_kv, *self.project_kv(kv_input)))
         keys: list[Tensor] = []
         values: list[Tensor] = []
         if prefix_kv is not None:
@@ -115,6 +132,24 @@ class MultiheadAttention(nn.Module):
         return self.out(y)
 
 
+    def _paired(self, q: Tensor, prefix: tuple[Tensor, Tensor], k_self: Tensor, v_self: Tensor) -> Tensor:
+        """Each query attends to the shared prefix and to its own key only.
+
+        Written out rather than through a mask so that every query's softmax is reduced in the same
+        order whatever its position: a row's prediction is then bit-for-bit independent of which
+        rows share its batch. Memory is (B, heads, n_q, n_prefix), bounded by the query batch size.
+        """
+        k_ctx, v_ctx = prefix  # (1 or B, heads, n_ctx, dh)
+        logits_ctx = torch.matmul(q, k_ctx.transpose(-1, -2)) * self.scale  # (B, heads, n_q, n_ctx)
+        logit_self = (q * k_self).sum(-1, keepdim=True) * self.scale  # (B, heads, n_q, 1)
+        weights = torch.softmax(torch.cat([logits_ctx, logit_self], dim=-1), dim=-1)
+        if self.training and self.attention_dropout > 0:
+            weights = F.dropout(weights, self.attention_dropout)
+        y = torch.matmul(weights[..., :-1], v_ctx) + weights[..., -1:] * v_self  # (B, heads, n_q, dh)
+        b, _, n_q, _ = y.shape
+        return y.transpose(1, 2).reshape(b, n_q, self.width)
+
+
 class MAB(nn.Module):
     """Multihead attention block, pre-LayerNorm, with the NPT paper's learned residual projection.
 
@@ -137,14 +172,17 @@ class MAB(nn.Module):
         cross: bool = False,
         ff_multiplier: int = 4,
         layer_norm_eps: float = 1e-12,
+        kv_width: int | None = None,
     ) -> None:
         super().__init__()
+        if kv_width is not None and kv_width != width and not cross:
+            raise ValueError(f"kv_width {kv_width} != width {width} needs a cross-attention block")
         self.normalize_kv = normalize_kv
         self.cross = cross
         self.norm_q = nn.LayerNorm(width, eps=layer_norm_eps)
-        self.norm_kv = nn.LayerNorm(width, eps=layer_norm_eps) if cross else None
+        self.norm_kv = nn.LayerNorm(kv_width or width, eps=layer_norm_eps) if cross else None
         self.attention = MultiheadAttention(
-            width, n_heads, attention_dropout=attention_dropout, scale=scale
+            width, n_heads, attention_dropout=attention_dropout, scale=scale, kv_width=kv_width
         )
         self.residual = nn.Linear(width, width)  # W^res: a learned projection, not an identity
         self.dropout = nn.Dropout(dropout)
@@ -169,6 +207,18 @@ class MAB(nn.Module):
         """Keys/values of a context set ``y`` (B, n_kv, w), to pass later as ``prefix_kv``."""
         return self.attention.project_kv(self.kv_input(y))
 
+    # The two halves of ``forward`` around the attention itself, for callers that compute the
+    # attention their own way (e.g. streamed over chunks of keys, ``nn.streaming``).
+    def query_heads(self, x: Tensor) -> Tensor:
+        """Queries of ``x`` (B, n_q, w) as attention sees them: (B, heads, n_q, w / heads)."""
+        return self.attention.project_q(self.norm_q(x))
+
+    def finish(self, x: Tensor, heads_out: Tensor) -> Tensor:
+        """The block's output from its input ``x`` and the attention result per head
+        ``heads_out`` (B, heads, n_q, w / heads): residual, head mixing, feed-forward."""
+        res = self.residual(x) + self.dropout(self.attention.merge_heads(heads_out))
+        return res + self.ff(self.norm_ff(res))
+
     def forward(
         self,
         x: Tensor,
@@ -177,9 +227,11 @@ class MAB(nn.Module):
         prefix_kv: tuple[Tensor, Tensor] | None = None,
         include_self: bool = True,
         attn_mask: Tensor | None = None,
+        paired: bool = False,
     ) -> Tensor:
         """Self-attention (``y`` None, ``include_self``), cross-attention to ``y``, and/or to a cached
-        ``prefix_kv``. With ``include_self=False`` and ``y=None`` the queries attend to the prefix only."""
+        ``prefix_kv``. With ``include_self=False`` and ``y=None`` the queries attend to the prefix only;
+        ``paired=True`` (self-attention with a prefix): each query attends to the prefix and itself."""
         if self.cross and y is None and prefix_kv is None:
             raise ValueError("a cross-attention block needs y or prefix_kv")
         h = self.norm_q(x)
@@ -189,6 +241,6 @@ class MAB(nn.Module):
             kv = h if self.normalize_kv else x
         else:
             kv = None
-        attended = self.attention(h, kv, prefix_kv=prefix_kv, attn_mask=attn_mask)
+        attended = self.attention(h, kv, prefix_kv=prefix_kv, attn_mask=attn_mask, paired=paired)
         res = self.residual(x) + self.dropout(attended)
         return res + self.ff(self.norm_ff(res))

@@ -10,6 +10,10 @@ Training step (``mask_for_training``):
 - feature cells (non-target, observed) are selected with probability ``p_feature``, corrupted and
   scored by the auxiliary feature loss.
 
+``target_masking="chunk"`` (SPIN section 3.4, off by default) selects whole *rows* instead of cells:
+each labelled row is picked with probability ``p_target`` and all of its target cells are
+corrupted and scored together (SpanBERT-like; with a single target column it equals token masking).
+
 BERT corruption of a selected cell is the paper's 90/10 split, not BERT's 80/10/10: with probability
 ``1 - randomize_fraction`` the cell is hidden; otherwise it gets a random value (a uniform category,
 or N(0, 1) in standardised units) and its mask bit stays 0, so the model is not told which cells were
@@ -20,6 +24,7 @@ reference code's count-then-pick sampler has an off-by-one in the randomised sha
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -32,6 +37,7 @@ class MaskingPolicy(FrozenConfig):
     p_feature: float = 0.15
     p_target: float = 1.0
     randomize_fraction: float = 0.1
+    target_masking: Literal["token", "chunk"] = "token"  # "chunk": all targets of a picked row
 
     def validate(self) -> None:
         if not 0.0 <= self.p_feature < 1.0:
@@ -99,7 +105,11 @@ def mask_for_training(
         hidden |= is_target
         score_target = scoreable_target
     else:
-        pick = torch.rand((n, d), generator=generator, device=values.device) < policy.p_target
+        if policy.target_masking == "chunk":  # one draw per row, shared by its target cells
+            rows = torch.rand((n, 1), generator=generator, device=values.device) < policy.p_target
+            pick = rows.expand(n, d)
+        else:
+            pick = torch.rand((n, d), generator=generator, device=values.device) < policy.p_target
         score_target = scoreable_target & pick
         _corrupt(values, hidden, score_target, cardinalities, policy.randomize_fraction, generator)
 

@@ -1,0 +1,318 @@
+"""Semi-Parametric Inducing Point Network (Rastogi et al. 2023, "Semi-Parametric Inducing Point
+Networks and Neural Processes", ICLR 2023).
+
+SPIN reads a table like NPT (rows = datapoints, columns = attributes, each cell embedded to width
+e: ``D (n, d, e)``) but never lets all n rows attend to each other. Instead it carries two states:
+
+- ``H_A (n, f, e)``: each row compressed to f latent attributes (initially a learned linear map of
+  its d attribute embeddings along the attribute axis, or D itself when f >= d);
+- ``H_D (h, f, e)``: h learned **inducing points**, "virtual rows" shared by the whole dataset.
+
+One encoder layer is (paper section 3.2.1, in this order)::
+
+    H_A = XABA(H_A, D)     # cross-attention between attributes: per row, f latents attend to d cells
+    H_D = XABD(H_D, H_A)   # cross-attention between datapoints: h inducing points attend to all n rows
+    H_A = ABLA(H_A)        # optional self-attention between the f latent attributes of each row
+
+XABD is the only place where rows interact, with cost O(n * h), so a training step is linear in
+n. The **predictor** lets every query row (its raw embedding, width d * e) cross-attend to the h
+inducing points of the last layer, then applies one linear head per column; query rows never see
+each other. Every block is the library's pre-LayerNorm :class:`~semiparam.nn.attention.MAB`.
+
+**Dataset encoding.** ``encode_context`` runs the encoder over a whole training set and returns
+only ``H_D (h, f, e)``: predictions then need neither the rows nor any cost in n. Because H_A of
+a row never depends on H_D or on other rows, the encoder can stream the rows in chunks and stay
+exact: XABD's softmax over all n rows is assembled from per-chunk log-sum-exp pieces
+(:class:`~semiparam.nn.streaming.StreamingCrossAttention`), one pass over the chunks per layer.
+Memory is O(chunk) and the result equals the one-pass encoding up to float rounding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+from .._config import ConfigError, FrozenConfig
+from ..nn.attention import MAB
+from ..nn.columns import ColumnEmbedding, ColumnHeads, ColumnLayout, ColumnOutputs
+from ..nn.streaming import StreamingCrossAttention
+
+
+@dataclass(frozen=True)
+class SPINConfig(FrozenConfig):
+    """Architecture of a SPIN. Presets (:meth:`preset`): ``cpu`` (default), ``small`` / ``base``
+    (the paper's UCI settings for small / large tables), ``spin16`` / ``spin64`` (genomics)."""
+
+    d_embedding: int = 16  # e, per-attribute width
+    n_inducing_points: int = 10  # h, rows of H_D (paper code: num_inds_I)
+    n_latent_attributes: int = 10  # f, latents per row and per inducing point (num_inds_F); f >= d -> d
+    n_layers: int = 2  # encoder layers, each XABA -> XABD -> ABLA (paper "depth 4" = 2 layers)
+    n_heads: int = 4  # must divide e
+    dropout: float = 0.1  # hidden, feed-forward, embedding and pre-head dropout
+    # NOTE[DIFF]: the paper uses 0.1 on the attention weights; that forces PyTorch's quadratic
+    # attention path on the CPU, so the CPU preset turns it off (as NPTConfig does).
+    attention_dropout: float = 0.0
+    attention_scale: Literal["full", "per_head"] = "full"  # paper: 1/sqrt(query width)
+    normalize_kv: bool = True  # K, V from LN(keys); False = the reference code (raw keys)
+    use_xaba: bool = True  # False = the "- XABA" ablation: H_A stays the projected D
+    use_abla: bool = True  # self-attention between latent attributes after each XABD
+    embedding_layer_norm: bool = True  # LayerNorm on each cell embedding (SPIN code, spec 1.3)
+    gaussian_head: bool = False  # NOTE[DIFF]: a mean + scale head for continuous columns (not in paper)
+    # "encoded": predict from Encoder(training rows) (the paper, section 3.1); "learned": from the
+    # learned initial H_D, which is what the reference code does by default (spec 2.3 (a)).
+    inference_latents: Literal["encoded", "learned"] = "encoded"
+    encode_chunk_rows: int = 4096  # rows per chunk when encoding a dataset (exact at any size)
+
+    def validate(self) -> None:
+        for name in ("d_embedding", "n_inducing_points", "n_latent_attributes", "n_layers", "n_heads"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.d_embedding % self.n_heads:
+            raise ConfigError(
+                f"n_heads ({self.n_heads}) must divide d_embedding ({self.d_embedding})"
+            )
+        for name in ("dropout", "attention_dropout"):
+            p = getattr(self, name)
+            if not 0.0 <= p < 1.0:
+                raise ConfigError(f"{name} must be in [0, 1), got {p}")
+        if self.encode_chunk_rows < 1:
+            raise ConfigError(f"encode_chunk_rows must be >= 1, got {self.encode_chunk_rows}")
+
+    @classmethod
+    def cpu(cls) -> SPINConfig:
+        """Small enough to train on a laptop CPU in minutes: e=16, h=f=10, 2 layers, 4 heads."""
+        return cls()
+
+    @classmethod
+    def paper_small(cls) -> SPINConfig:
+        """The paper's UCI setting for small tables (Boston, Breast Cancer, Concrete, Yacht):
+        e=128, depth 8 (= 4 layers), 8 heads, h=10, f=10 (section 6.8 of the spec)."""
+        return cls(
+            d_embedding=128, n_layers=4, n_heads=8, n_inducing_points=10, n_latent_attributes=10,
+            attention_dropout=0.1,
+        )
+
+    @classmethod
+    def paper_base(cls) -> SPINConfig:
+        """The paper's UCI setting for large tables (Kick, Higgs, Forest): e=64, 4 layers, 8 heads,
+        h=10, f=10."""
+        return cls(
+            d_embedding=64, n_layers=4, n_heads=8, n_inducing_points=10, n_latent_attributes=10,
+            attention_dropout=0.1,
+        )
+
+    @classmethod
+    def spin16(cls) -> SPINConfig:
+        """SPIN-16 of the genomics experiments: e=16, depth 4 (2 layers), 1 head, h=f=10, dropout 0.4."""
+        return cls(d_embedding=16, n_layers=2, n_heads=1, dropout=0.4, attention_dropout=0.1)
+
+    @classmethod
+    def spin64(cls) -> SPINConfig:
+        """SPIN-64 of the genomics experiments: e=64, depth 4 (2 layers), 4 heads, h=f=10, dropout 0.4."""
+        return cls(d_embedding=64, n_layers=2, n_heads=4, dropout=0.4, attention_dropout=0.1)
+
+    @classmethod
+    def preset(cls, name: str) -> SPINConfig:
+        presets = {
+            "cpu": cls.cpu,
+            "small": cls.paper_small,
+            "base": cls.paper_base,
+            "spin16": cls.spin16,
+            "spin64": cls.spin64,
+        }
+        if name not in presets:
+            raise ConfigError(f"unknown SPIN preset {name!r}; choose from {sorted(presets)}")
+        return presets[name]()
+
+
+class SPINLayer(nn.Module):
+    """One encoder layer: XABA (per row), XABD (inducing points over rows), optional ABLA."""
+
+    def __init__(self, config: SPINConfig, n_latents: int, *, with_abla: bool) -> None:
+        super().__init__()
+        e = config.d_embedding
+        common = dict(
+            dropout=config.dropout,
+            attention_dropout=config.attention_dropout,
+            scale=config.attention_scale,
+            normalize_kv=config.normalize_kv,
+        )
+        self.xaba = MAB(e, config.n_heads, cross=True, **common) if config.use_xaba else None
+        self.xabd = MAB(n_latents * e, config.n_heads, cross=True, **common)
+        self.abla = MAB(e, config.n_heads, **common) if with_abla else None
+
+    def rows_before_xabd(self, h_a: Tensor, d_emb: Tensor) -> Tensor:
+        """XABA: ``H_A (n, f, e)`` attends to the row's own cells ``D (n, d, e)``; batch = rows."""
+        return self.xaba(h_a, d_emb) if self.xaba is not None else h_a
+
+    def rows_after_xabd(self, h_a: Tensor) -> Tensor:
+        """ABLA: self-attention between the f latent attributes of each row."""
+        return self.abla(h_a) if self.abla is not None else h_a
+
+    def inducing(self, h_d: Tensor, h_a: Tensor) -> Tensor:
+        """XABD: ``H_D (1, h, f*e)`` attends to every row of ``H_A (n, f, e)`` as one token."""
+        n, f, e = h_a.shape
+        return self.xabd(h_d, h_a.reshape(1, n, f * e))  # keys: (1, n, f*e), one token per row
+
+
+class SPIN(nn.Module):
+    """``(values, hidden) (n, d) -> ColumnOutputs``. See the module docstring.
+
+    Training calls :meth:`forward` on a masked batch: the batch is both the encoder's input (rows
+    whose labels are visible act as context) and the predictor's queries (scored on hidden cells).
+    Prediction encodes the training rows once (:meth:`encode_context`, labels visible) and predicts
+    query rows from the encoding alone (:meth:`forward_queries`).
+    """
+
+    # The engine (estimators._engine.TableLearner) keeps only the encoding, never the rows.
+    keeps_training_rows = False
+
+    def __init__(self, config: SPINConfig, layout: ColumnLayout) -> None:
+        super().__init__()
+        self.config = config
+        self.layout = layout
+        d, e = layout.n_columns, config.d_embedding
+        # NOTE[DIFF-free]: with f >= d the reference code skips the projection and starts from D.
+        self.n_latents = min(config.n_latent_attributes, d)
+        self.embedding = ColumnEmbedding(layout, e, dropout=config.dropout)
+        self.embedding_norm = nn.LayerNorm(e, eps=1e-12) if config.embedding_layer_norm else None
+        # H_A^0: Linear(d -> f) along the attribute axis, shared over channels and rows (spec 9.4)
+        self.row_projection = nn.Linear(d, self.n_latents) if self.n_latents < d else None
+        # H_D^0: learned inducing points, stored unfolded as (1, h, f*e), Xavier-uniform (spec 1.4)
+        self.inducing_points = nn.Parameter(
+            torch.empty(1, config.n_inducing_points, self.n_latents * e)
+        )
+        nn.init.xavier_uniform_(self.inducing_points)
+        # ABLA after the last XABD would feed nothing (the predictor reads H_D only): not built.
+        self.layers = nn.ModuleList(
+            SPINLayer(config, self.n_latents, with_abla=config.use_abla and i < config.n_layers - 1)
+            for i in range(config.n_layers)
+        )
+        # Predictor: query rows (width d*e) cross-attend to the inducing points (width f*e).
+        self.predictor = MAB(
+            d * e,
+            config.n_heads,
+            dropout=config.dropout,
+            attention_dropout=config.attention_dropout,
+            scale=config.attention_scale,
+            normalize_kv=config.normalize_kv,
+            cross=True,
+            kv_width=self.n_latents * e,
+        )
+        self.heads = ColumnHeads(layout, e, gaussian=config.gaussian_head, dropout=config.dropout)
+
+    # -- pieces ---------------------------------------------------------------------------------
+    def _embed(self, values: Tensor, hidden: Tensor) -> Tensor:
+        h = self.embedding(values, hidden)  # (n, d, e)
+        return self.embedding_norm(h) if self.embedding_norm is not None else h
+
+    def _initial_rows(self, d_emb: Tensor) -> Tensor:
+        """H_A^0 (n, f, e) from D (n, d, e)."""
+        if self.row_projection is None:
+            return d_emb
+        # (n, d, e) -> (n, e, d) -> Linear over d -> (n, e, f) -> (n, f, e)
+        return self.row_projection(d_emb.transpose(1, 2)).transpose(1, 2)
+
+    def _rows_at_layer(self, d_emb: Tensor, layer_index: int) -> Tensor:
+        """The H_A that XABD of layer ``layer_index`` reads, for the rows of ``d_emb`` (n, d, e).
+        It depends on nothing but the row itself."""
+        h_a = self._initial_rows(d_emb)
+        for i, layer in enumerate(self.layers):
+            h_a = layer.rows_before_xabd(h_a, d_emb)
+            if i == layer_index:
+                return h_a
+            h_a = layer.rows_after_xabd(h_a)
+        raise IndexError(f"layer {layer_index} of {len(self.layers)}")
+
+    def _encode_embedded(self, d_emb: Tensor) -> Tensor:
+        """One pass of the encoder over all rows ``D (n, d, e)`` -> ``H_D (1, h, f*e)``."""
+        if d_emb.shape[0] == 0:
+            raise ValueError("SPIN needs at least one context row to encode")
+        h_a = self._initial_rows(d_emb)  # (n, f, e)
+        h_d = self.inducing_points  # (1, h, f*e)
+        for layer in self.layers:
+            h_a = layer.rows_before_xabd(h_a, d_emb)
+            h_d = layer.inducing(h_d, h_a)
+            h_a = layer.rows_after_xabd(h_a)
+        return h_d
+
+    def _predict(self, d_emb: Tensor, h_d: Tensor) -> ColumnOutputs:
+        """Query rows ``(b, d, e)`` cross-attend to ``H_D (1, h, f*e)``; then per-column heads."""
+        b, d, e = d_emb.shape
+        queries = d_emb.reshape(1, b, d * e)  # (1, b, d*e): each query row is one token
+        out = self.predictor(queries, h_d).reshape(b, d, e)
+        return self.heads(out)
+
+    # -- the table-model interface --------------------------------------------------------------
+    def forward(self, values: Tensor, hidden: Tensor, is_query: Tensor | None = None) -> ColumnOutputs:
+        """Encode the rows (only the non-query rows when ``is_query`` (n,) bool is given) and predict
+        every row from the encoding. With ``is_query`` this equals :meth:`encode_context` on the
+        context rows followed by :meth:`forward_queries` on the query rows."""
+        d_emb = self._embed(values, hidden)  # (n, d, e)
+        context = d_emb if is_query is None else d_emb[~is_query]
+        return self._predict(d_emb, self._encode_embedded(context))
+
+    @torch.no_grad()
+    def encode_context(self, values: Tensor, hidden: Tensor, *, chunk_rows: int | None = None) -> Tensor:
+        """Encode a whole dataset ``(n, d)`` into the inducing points ``H (1, h, f*e)``, exactly,
+        streaming ``chunk_rows`` rows at a time (default ``config.encode_chunk_rows``).
+
+        Layer l's XABD needs H_D of layer l - 1 as its queries, so the rows are streamed once per
+        layer, each chunk's H_A recomputed from its cells: O(chunk) memory at the price of
+        n_layers * (n_layers + 1) / 2 row-encoder passes instead of n_layers.
+        """
+        if self.config.inference_latents == "learned":
+            return self.inducing_points.detach().clone()
+        n = values.shape[0]
+        chunk = chunk_rows or self.config.encode_chunk_rows
+        if chunk < 1:
+            raise ValueError(f"chunk_rows must be >= 1, got {chunk}")
+        if n == 0:
+            raise ValueError("SPIN needs at least one context row to encode")
+        if n <= chunk:
+            return self._encode_embedded(self._embed(values, hidden))
+        h_d = self.inducing_points
+        for index, layer in enumerate(self.layers):
+            stream = StreamingCrossAttention(layer.xabd, h_d)
+            for start in range(0, n, chunk):
+                d_emb = self._embed(values[start : start + chunk], hidden[start : start + chunk])
+                h_a = self._rows_at_layer(d_emb, index)  # (c, f, e)
+                c, f, e = h_a.shape
+                stream.update(h_a.reshape(1, c, f * e))  # (1, c, f*e): one key per row
+            h_d = stream.result()
+        return h_d
+
+    def forward_queries(self, values: Tensor, hidden: Tensor, state: Tensor) -> ColumnOutputs:
+        """Predict query rows ``(b, d)`` from an encoding ``state`` (see :meth:`encode_context`);
+        cost independent of how many rows were encoded."""
+        return self._predict(self._embed(values, hidden), state)
+
+    def state_to_tensors(self, state: Tensor) -> dict[str, Tensor]:
+        """The encoding as named tensors for saving: ``inducing_points (h, f, e)``."""
+        _, h, width = state.shape
+        return {"inducing_points": state.reshape(h, self.n_latents, width // self.n_latents)}
+
+    def state_from_tensors(self, tensors: dict[str, Tensor]) -> Tensor:
+        """Inverse of :meth:`state_to_tensors`; checks the shape against this model."""
+        if "inducing_points" not in tensors:
+            raise ValueError(f"a SPIN encoding holds 'inducing_points', got keys {sorted(tensors)}")
+        points = tensors["inducing_points"]
+        expected = (self.config.n_inducing_points, self.n_latents, self.config.d_embedding)
+        if tuple(points.shape) != expected:
+            raise ValueError(f"inducing_points has shape {tuple(points.shape)}, this model expects {expected}")
+        h, f, e = points.shape
+        return points.reshape(1, h, f * e).to(self.inducing_points.device, self.inducing_points.dtype)
+
+    @torch.no_grad()
+    def attention_to_inducing_points(self, values: Tensor, hidden: Tensor, state: Tensor) -> Tensor:
+        """Predictor attention of each query row over the h inducing points, averaged over heads:
+        ``(b, h)``, rows summing to 1 (the paper's appendix A.8 maps)."""
+        b, d = values.shape
+        d_emb = self._embed(values, hidden)
+        q = self.predictor.query_heads(d_emb.reshape(1, b, -1))  # (1, heads, b, w / heads)
+        k, _ = self.predictor.context_kv(state)  # (1, heads, h, w / heads)
+        scores = torch.matmul(q, k.transpose(-1, -2)) * self.predictor.attention.scale
+        return torch.softmax(scores, dim=-1).mean(dim=1)[0]  # (b, h)
