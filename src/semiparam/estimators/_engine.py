@@ -13,6 +13,7 @@ A table model (``models.registry``) provides::
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from collections.abc import Sequence
@@ -93,6 +94,7 @@ class TableLearner:
         self.context: EncodedTable | None = None
         self.history: TrainHistory | None = None
         self._context_state: Any = None
+        self._inference_copy: torch.nn.Module | None = None
 
     # -- fitting ------------------------------------------------------------------------------
     @property
@@ -191,6 +193,7 @@ class TableLearner:
                 generator=generator,
             )
             self.history = trainer.fit(next_batch, evaluate)
+        self._inference_copy = None
         # predict from every labelled row (train + validation), as the paper's test mode does
         self.set_context(EncodedTable(enc.values, enc.missing))
         return self
@@ -233,24 +236,40 @@ class TableLearner:
         hide = self._target_mask() if self.train_config.p_target >= 1.0 else torch.zeros_like(self._target_mask())
         return mask_for_inference(values, missing, hide_columns=hide)
 
-    @torch.no_grad()
-    def _encode(self, context: EncodedTable) -> Any:
+    def inference_module(self) -> torch.nn.Module:
+        """The module predictions run on: the trained one, or (``predict_dtype="float64"``) a
+        float64 copy of it. In float64 a row's prediction agrees to ~1e-12 whatever rows share
+        its batch; float32 matrix products round differently with the batch size (~1e-7)."""
         assert self.module is not None
-        self.module.eval()
-        return self.module.encode_context(*self._context_inputs(context))
+        if self.train_config.predict_dtype == "float32":
+            return self.module.eval()
+        if self._inference_copy is None:
+            self._inference_copy = copy.deepcopy(self.module).double().eval()
+        return self._inference_copy
 
     @torch.no_grad()
-    def _query_outputs(self, queries: EncodedTable, state: Any) -> ColumnOutputs:
-        assert self.module is not None
-        self.module.eval()
+    def _encode(self, context: EncodedTable, module: torch.nn.Module | None = None) -> Any:
+        module = module or self.inference_module()
+        module.eval()
+        dtype = next(module.parameters()).dtype
+        values, hidden = self._context_inputs(context)
+        return module.encode_context(values.to(dtype), hidden)
+
+    @torch.no_grad()
+    def _query_outputs(
+        self, queries: EncodedTable, state: Any, module: torch.nn.Module | None = None
+    ) -> ColumnOutputs:
+        module = module or self.inference_module()
+        module.eval()
+        dtype = next(module.parameters()).dtype
         pieces: list[ColumnOutputs] = []
         bs = self.train_config.predict_batch_size
         hide = self._target_mask()
         for start in range(0, len(queries.values), bs):
             values = torch.as_tensor(queries.values[start : start + bs], device=self.device)
             missing = torch.as_tensor(queries.missing[start : start + bs], device=self.device)
-            v, h = mask_for_inference(values, missing, hide_columns=hide)
-            pieces.append(self.module.forward_queries(v, h, state))
+            v, h = mask_for_inference(values.to(dtype), missing, hide_columns=hide)
+            pieces.append(module.forward_queries(v, h, state))
         return ColumnOutputs(
             torch.cat([p.continuous for p in pieces]),
             [torch.cat([p.categorical[k] for p in pieces]) for k in range(len(pieces[0].categorical))],
@@ -258,12 +277,13 @@ class TableLearner:
 
     def _target_loss(self, context: EncodedTable, queries: EncodedTable) -> float:
         """Mean target loss of ``queries`` predicted from ``context`` (validation)."""
-        was_training = self.module.training if self.module is not None else False
-        outputs = self._query_outputs(queries, self._encode(context))
+        assert self.module is not None
+        was_training = self.module.training
+        outputs = self._query_outputs(queries, self._encode(context, self.module), self.module)
         true = torch.as_tensor(queries.values, device=self.device)
         scored = ~torch.as_tensor(queries.missing, device=self.device) & self._target_mask()
         losses = cell_losses(outputs, true, self.schema.layout())
-        if was_training and self.module is not None:
+        if was_training:
             self.module.train()
         return float((losses * scored).sum() / scored.sum().clamp(min=1))
 
@@ -291,10 +311,11 @@ class TableLearner:
             j = self.schema.names.index(name)
             if layout.kinds[j] == CATEGORICAL:
                 k = layout.categorical.index(j)
-                result[name] = {"proba": torch.softmax(outputs.categorical[k], -1).cpu().numpy()}
+                proba = torch.softmax(outputs.categorical[k].double(), -1)
+                result[name] = {"proba": proba.cpu().numpy()}
             else:
                 k = layout.continuous.index(j)
-                out = outputs.continuous[:, k].cpu()
+                out = outputs.continuous[:, k].cpu().double()
                 mean = self.encoder.decode_continuous(name, out[:, 0].numpy().astype(np.float64))
                 entry = {"mean": mean}
                 if out.shape[1] == 2:

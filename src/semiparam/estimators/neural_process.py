@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -295,8 +295,8 @@ class NeuralProcessEstimator:
             raise ValueError("the context is empty: a neural process needs at least one context point")
         if tx.shape[1] == 0:
             raise ValueError("there are no target points to predict")
-        cmask = _merge_mask("context_mask", context_mask, cmask_pad, cx.shape[:2], single)
-        tmask = _merge_mask("target_mask", target_mask, tmask_pad, tx.shape[:2], single)
+        cmask = _merge_mask("context_mask", context_mask, cmask_pad, cx, single)
+        tmask = _merge_mask("target_mask", target_mask, tmask_pad, tx, single)
         if cmask is not None:
             empty = (~cmask.any(dim=1)).nonzero().flatten().tolist()
             if empty:
@@ -315,6 +315,12 @@ class NeuralProcessEstimator:
                     f"{name} has {int(bad.sum())} point(s) with NaN or inf values "
                     f"(first: task {task}, point {point}); remove or impute them"
                 )
+        # padded points are never attended to, but 0 * NaN is NaN: clear whatever they hold
+        if cmask is not None:
+            cx, cy = (t.masked_fill(~cmask[..., None], 0.0) for t in (cx, cy))
+        if tmask is not None:
+            tx = tx.masked_fill(~tmask[..., None], 0.0)
+            ty = None if ty is None else ty.masked_fill(~tmask[..., None], 0.0)
         device = self.device
 
         def put(t: Tensor | None) -> Tensor | None:
@@ -479,18 +485,21 @@ def _check_dim(name: str, tensor: Tensor, dim: int) -> None:
 
 
 def _merge_mask(
-    name: str, given: ArrayLike | None, padding: Tensor | None, shape: Sequence[int], single: bool
+    name: str, given: ArrayLike | None, padding: Tensor | None, points: Tensor, single: bool
 ) -> Tensor | None:
-    """Combine a user mask with the padding mask of a ragged list input; check its shape."""
+    """Combine a user mask with the padding mask of a ragged list input; check it fits ``points``
+    ``(B, k, dim)`` and put it on their device."""
     if given is None:
         return padding
-    mask = given.detach().cpu() if isinstance(given, Tensor) else torch.as_tensor(np.asarray(given))
+    shape = tuple(points.shape[:2])
+    mask = given.detach() if isinstance(given, Tensor) else torch.as_tensor(np.asarray(given))
+    mask = mask.to(points.device)
     if mask.dtype != torch.bool:
         if not bool(((mask == 0) | (mask == 1)).all()):
             raise ValueError(f"{name} must be boolean (True = real point)")
         mask = mask.bool()
     if single and mask.ndim == 1:
         mask = mask[None]
-    if tuple(mask.shape) != tuple(shape):
+    if tuple(mask.shape) != shape:
         raise ValueError(f"{name} has shape {tuple(mask.shape)} but the points have shape {tuple(shape)}")
     return mask if padding is None else mask & padding

@@ -23,6 +23,11 @@ def _common_init(self: Any, **kwargs: Any) -> None:
         setattr(self, name, value)
 
 
+def _require_y(estimator: Any, y: Any) -> None:
+    if y is None:
+        raise ValueError(f"{type(estimator).__name__} requires y to be passed, but the target y is None")
+
+
 class _SupervisedTableEstimator(TableEstimatorMixin):
     def _fit_frame(self, X: Any, targets: pd.DataFrame, target_specs: Sequence[ColumnSpec], X_unlabeled: Any) -> None:
         frame = self._as_frame(X, reset=True)
@@ -106,6 +111,7 @@ class TableClassifier(ClassifierMixin, _SupervisedTableEstimator):
     def fit(self, X: Any, y: Any, X_unlabeled: Any = None) -> TableClassifier:
         """Fit on ``X`` (DataFrame or array) and labels ``y``. ``X_unlabeled``: extra rows without
         labels that join training (transductive mode of the paper)."""
+        _require_y(self, y)
         y = column_or_1d(np.asarray(y) if not isinstance(y, pd.Series) else y.to_numpy(), warn=True)
         if pd.isna(pd.Series(y)).any():
             raise DataValidationError("y contains missing labels; pass unlabeled rows as X_unlabeled")
@@ -131,6 +137,7 @@ class TableClassifier(ClassifierMixin, _SupervisedTableEstimator):
         return self._predict_targets(X)[TARGET]["proba"]
 
     def predict(self, X: Any) -> np.ndarray:
+        check_is_fitted(self, "learner_")
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
     def _fitted_extra(self) -> dict[str, Any]:
@@ -184,6 +191,7 @@ class TableRegressor(RegressorMixin, _SupervisedTableEstimator):
 
     def fit(self, X: Any, y: Any, X_unlabeled: Any = None) -> TableRegressor:
         """Fit on ``X`` and a continuous target ``y`` (n,) or several, ``y`` (n, k)."""
+        _require_y(self, y)
         y_arr = np.asarray(y.to_numpy() if isinstance(y, (pd.Series, pd.DataFrame)) else y)
         if y_arr.dtype == object:
             y_arr = pd.DataFrame(y_arr).apply(pd.to_numeric, errors="raise").to_numpy()

@@ -109,10 +109,7 @@ class AttentionBetweenDatapoints(nn.Module):
     def forward_queries(self, h: Tensor, context_kv: tuple[Tensor, Tensor]) -> Tensor:
         """Each query row attends to the cached context rows and to itself only."""
         n, d, e = h.shape
-        n_context = context_kv[0].shape[2]
-        allowed = torch.ones(n, n_context + n, dtype=torch.bool, device=h.device)
-        allowed[:, n_context:] = torch.eye(n, dtype=torch.bool, device=h.device)
-        out = self.mab(h.reshape(1, n, d * e), prefix_kv=context_kv, attn_mask=allowed)
+        out = self.mab(h.reshape(1, n, d * e), prefix_kv=context_kv, paired=True)
         return out.reshape(n, d, e)
 
 

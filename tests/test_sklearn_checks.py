@@ -1,0 +1,21 @@
+"""scikit-learn's estimator checks on tiny settings."""
+
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from semiparam import NPTClassifier, NPTRegressor, TableImputer
+
+from .conftest import TINY_MODEL
+
+# lr 1e-2 and no feature loss so that 60 steps reach the checks' training-accuracy bar (0.83)
+TINY = dict(max_steps=60, learning_rate=1e-2, p_feature=0.0, model_options=TINY_MODEL, random_state=0)
+
+
+@parametrize_with_checks(
+    [
+        NPTClassifier(**TINY),
+        NPTRegressor(**TINY),
+        TableImputer(max_steps=20, model_options=TINY_MODEL, random_state=0),
+    ]
+)
+def test_sklearn_compatible(estimator, check):
+    check(estimator)
