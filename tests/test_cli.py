@@ -1,0 +1,69 @@
+"""The ``semiparam`` command line on a small generated table."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from semiparam.cli.main import main
+
+TINY_SETS = [
+    "--set", "model.d_embedding=8", "--set", "model.n_heads=2", "--set", "model.n_blocks=2",
+    "--set", "train.max_steps=10", "--quiet",
+]
+
+
+@pytest.fixture
+def csv(tmp_path, mixed_frame):
+    path = tmp_path / "table.csv"
+    mixed_frame.to_csv(path, index=False)
+    return path
+
+
+def test_fit_predict_round_trip(tmp_path, csv, capsys):
+    run = tmp_path / "run"
+    assert main(["fit", str(csv), "--target", "target,num", "--out", str(run), *TINY_SETS]) == 0
+    config = json.loads((run / "config.json").read_text())
+    assert config["targets"] == ["target", "num"] and config["train_config"]["max_steps"] == 10
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["steps"] == 10 and "fit_seconds" in metrics
+    assert (run / "model" / "model.safetensors").exists()
+    out = tmp_path / "pred.csv"
+    assert main(["predict", str(run), str(csv), "--out", str(out), "--quiet"]) == 0
+    preds = pd.read_csv(out)
+    assert len(preds) == 60 and {"target", "num"} <= set(preds.columns)
+
+
+def test_impute(tmp_path, mixed_frame):
+    damaged = mixed_frame.copy()
+    damaged.loc[::7, "num"] = np.nan
+    path = tmp_path / "holes.csv"
+    damaged.to_csv(path, index=False)
+    out = tmp_path / "filled.csv"
+    assert main(["impute", str(path), "--out", str(out), *TINY_SETS]) == 0
+    filled = pd.read_csv(out)
+    assert filled.isna().sum().sum() == 0 and filled.shape == damaged.shape
+
+
+def test_parquet_input(tmp_path, mixed_frame):
+    pytest.importorskip("pyarrow")
+    path = tmp_path / "table.parquet"
+    mixed_frame.to_parquet(path)
+    assert main(["fit", str(path), "--target", "target", "--out", str(tmp_path / "r"), *TINY_SETS]) == 0
+
+
+def test_config_file_and_errors(tmp_path, csv, capsys):
+    toml = tmp_path / "c.toml"
+    toml.write_text("[model]\nd_embedding = 8\nn_heads = 2\nn_blocks = 2\n[train]\nmax_steps = 5\n")
+    assert main(["fit", str(csv), "--target", "target", "--config", str(toml), "--out", str(tmp_path / "r"), "--quiet"]) == 0
+    assert json.loads((tmp_path / "r" / "config.json").read_text())["train_config"]["max_steps"] == 5
+    assert main(["fit", str(csv), "--target", "target", "--set", "train.max_stepz=3"]) == 2
+    assert "max_stepz" in capsys.readouterr().err
+    assert main(["fit", str(csv), "--target", "nope", *TINY_SETS]) == 2
+    assert "nope" in capsys.readouterr().err
+    assert main(["fit", str(tmp_path / "missing.csv"), "--target", "x"]) == 2
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[modle]\nx = 1\n")
+    assert main(["fit", str(csv), "--target", "target", "--config", str(bad)]) == 2
+    assert "modle" in capsys.readouterr().err

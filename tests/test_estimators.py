@@ -1,0 +1,240 @@
+"""End-to-end behaviour of the NPT estimators: leakage, batch independence, save/load, inputs."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from semiparam import (
+    ConfigError,
+    DataValidationError,
+    NPTClassifier,
+    NPTRegressor,
+    TableImputer,
+    TablePredictor,
+)
+
+from .conftest import TINY_MODEL
+
+FAST = dict(max_steps=15, learning_rate=1e-2, model_options=TINY_MODEL, random_state=0)
+
+
+@pytest.fixture(scope="module")
+def fitted(request):
+    rng = np.random.default_rng(0)
+    n = 80
+    frame = pd.DataFrame(
+        {
+            "num": rng.normal(size=n),
+            "cat": pd.Categorical(rng.choice(["a", "b", "c"], n)),
+            "flag": rng.random(n) < 0.5,
+        }
+    )
+    y = np.where(frame["num"] > 0, "yes", "no")
+    clf = NPTClassifier(p_target=0.5, **FAST).fit(frame.iloc[:60], y[:60])
+    return clf, frame, y
+
+
+def test_classes_and_proba(fitted):
+    clf, frame, _ = fitted
+    proba = clf.predict_proba(frame.iloc[60:])
+    assert list(clf.classes_) == ["no", "yes"]
+    assert proba.shape == (20, 2)
+    np.testing.assert_allclose(proba.sum(1), 1.0, rtol=1e-9)
+    assert set(clf.predict(frame.iloc[60:])) <= {"no", "yes"}
+
+
+def test_batch_independence_and_row_order(fitted):
+    """A test row's prediction does not depend on the other test rows (default predict mode)."""
+    clf, frame, _ = fitted
+    test = frame.iloc[60:]
+    full = clf.predict_proba(test)
+    one_by_one = np.vstack([clf.predict_proba(test.iloc[[i]]) for i in range(len(test))])
+    np.testing.assert_allclose(full, one_by_one, atol=1e-12)
+    other = test.copy()
+    other.iloc[1:, 0] = 99.0  # change every other test row
+    np.testing.assert_allclose(clf.predict_proba(other)[0], full[0], atol=1e-12)
+    perm = np.random.default_rng(1).permutation(len(test))
+    np.testing.assert_allclose(clf.predict_proba(test.iloc[perm]), full[perm], atol=1e-12)
+
+
+def test_no_test_label_leakage(fitted):
+    """Test labels never enter the model: a model trained with the test rows' features
+    (transductive) predicts identically whatever their labels were, and the learner hides any
+    target column present at predict time."""
+    clf, frame, y = fitted
+    learner = clf.learner_
+    test = frame.iloc[60:].reset_index(drop=True)
+    target = learner.schema.targets[0]
+    with_true = test.assign(**{target: y[60:]})
+    with_flipped = test.assign(**{target: np.where(y[60:] == "yes", "no", "yes")})
+    a = learner.predict_columns(with_true, [target])[target]["proba"]
+    b = learner.predict_columns(with_flipped, [target])[target]["proba"]
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(a, clf.predict_proba(test), atol=1e-12)
+
+
+def test_transductive_fit_uses_unlabeled_rows(fitted):
+    _, frame, y = fitted
+    a = NPTClassifier(**FAST).fit(frame.iloc[:60], y[:60], X_unlabeled=frame.iloc[60:])
+    b = NPTClassifier(**FAST).fit(frame.iloc[:60], y[:60])
+    assert not np.allclose(a.predict_proba(frame.iloc[60:]), b.predict_proba(frame.iloc[60:]))
+
+
+def test_seeded_fit_is_reproducible(fitted):
+    clf, frame, y = fitted
+    again = NPTClassifier(p_target=0.5, **FAST).fit(frame.iloc[:60], y[:60])
+    np.testing.assert_array_equal(again.predict_proba(frame), clf.predict_proba(frame))
+
+
+def test_save_load_round_trip(fitted, tmp_path):
+    clf, frame, _ = fitted
+    clf.save(tmp_path / "model")
+    files = sorted(p.name for p in (tmp_path / "model").iterdir())
+    assert files == ["context.safetensors", "model.safetensors", "semiparam.json"]
+    meta = json.loads((tmp_path / "model" / "semiparam.json").read_text())
+    assert meta["model_name"] == "npt" and meta["estimator"]["class"] == "NPTClassifier"
+    loaded = NPTClassifier.load(tmp_path / "model")
+    np.testing.assert_array_equal(loaded.predict_proba(frame), clf.predict_proba(frame))
+    np.testing.assert_array_equal(loaded.classes_, clf.classes_)
+    with pytest.raises(ValueError, match="NPTClassifier"):
+        NPTRegressor.load(tmp_path / "model")
+    with pytest.raises(FileNotFoundError):
+        NPTClassifier.load(tmp_path / "nothing")
+
+
+def test_regressor_gaussian_std_and_round_trip(tmp_path):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(70, 3))
+    y = X[:, 0] * 3 + 10 + rng.normal(scale=0.1, size=70)
+    reg = NPTRegressor(loss="gaussian", **FAST).fit(X, y)
+    mean, std = reg.predict(X, return_std=True)
+    assert mean.shape == std.shape == (70,) and (std > 0).all()
+    reg.save(tmp_path)
+    mean2, std2 = NPTRegressor.load(tmp_path).predict(X, return_std=True)
+    np.testing.assert_array_equal(mean, mean2)
+    np.testing.assert_array_equal(std, std2)
+    with pytest.raises(ValueError, match="gaussian"):
+        NPTRegressor(**FAST).fit(X, y).predict(X, return_std=True)
+
+
+def test_multi_output_regression():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(50, 3))
+    Y = np.column_stack([X[:, 0], -X[:, 1] * 100])
+    pred = NPTRegressor(**FAST).fit(X, Y).predict(X)
+    assert pred.shape == (50, 2)
+    assert abs(pred[:, 1].std() / pred[:, 0].std()) > 5  # each target in its own units
+
+
+def test_table_predictor_mixed_targets(mixed_frame, tmp_path):
+    frame = mixed_frame.assign(score=mixed_frame["num"] * 2.0)
+    pred = TablePredictor(targets=["target", "score"], **FAST).fit(frame.iloc[:45])
+    out = pred.predict(frame.iloc[45:])
+    assert list(out.columns) == ["target", "target_proba_no", "target_proba_yes", "score"]
+    assert set(out["target"]) <= {"yes", "no"}
+    pred.save(tmp_path)
+    pd.testing.assert_frame_equal(TablePredictor.load(tmp_path).predict(frame.iloc[45:]), out)
+
+
+def test_set_context_changes_predictions_without_retraining(fitted):
+    clf, frame, y = fitted
+    before = clf.predict_proba(frame.iloc[60:])
+    weights = {k: v.clone() for k, v in clf.learner_.module.state_dict().items()}
+    clf_copy = NPTClassifier.load(clf.save(f"/tmp/semiparam-ctx-{id(clf)}"))
+    clf_copy.set_context(frame.iloc[:60], np.where(y[:60] == "yes", "no", "yes"))
+    after = clf_copy.predict_proba(frame.iloc[60:])
+    assert not np.allclose(before, after)  # p_target < 1: labels in the context matter
+    for k, v in clf_copy.learner_.module.state_dict().items():
+        np.testing.assert_array_equal(v.numpy(), weights[k].numpy())
+    with pytest.raises(DataValidationError, match="not seen"):
+        clf_copy.set_context(frame.iloc[:3], ["yes", "no", "maybe"])
+
+
+def test_imputer_fills_every_missing_cell(mixed_frame):
+    frame = mixed_frame.copy()
+    frame = frame.astype({"flag": object, "target": object})
+    rng = np.random.default_rng(3)
+    holes = rng.random(frame.shape) < 0.15
+    damaged = frame.mask(holes)
+    imputer = TableImputer(max_steps=20, learning_rate=1e-2, model_options=TINY_MODEL, random_state=0)
+    filled = imputer.fit_transform(damaged)
+    assert filled.isna().sum().sum() == 0
+    assert filled.index.equals(damaged.index) and list(filled.columns) == list(damaged.columns)
+    observed = ~holes
+    for j, name in enumerate(frame.columns):
+        kept = observed[:, j]
+        assert (filled[name][kept].astype(str) == damaged[name][kept].astype(str)).all()
+        if name in ("cat", "target", "flag"):
+            assert set(filled[name].astype(str)) <= set(frame[name].astype(str))
+
+
+def test_unseen_category_warns_and_is_missing(fitted):
+    clf, frame, _ = fitted
+    odd = frame.iloc[60:62].copy()
+    odd["cat"] = odd["cat"].astype(object)
+    odd.iloc[0, 1] = "zzz"
+    with pytest.warns(UserWarning, match="not seen at fit"):
+        clf.predict_proba(odd)
+
+
+@pytest.mark.parametrize(
+    "mutate, error, match",
+    [
+        (lambda f: f.drop(columns=["flag"]), ValueError, "flag|features"),
+        (lambda f: f.rename(columns={"num": "numb"}), ValueError, "feature names|numb"),
+        (lambda f: f.assign(num=np.where(np.arange(len(f)) == 3, np.inf, f["num"])), ValueError, "inf"),
+        (lambda f: f.assign(num=f["num"].astype(object).where(np.arange(len(f)) != 2, "abc")), ValueError, "non-numeric"),
+        (lambda f: f.iloc[:0], ValueError, "no rows|0 sample"),
+    ],
+    ids=["missing-column", "renamed-column", "inf", "string-in-numeric", "empty"],
+)
+def test_bad_input_at_predict(fitted, mutate, error, match):
+    clf, frame, _ = fitted
+    with pytest.raises(error, match=match):
+        clf.predict(mutate(frame))
+
+
+def test_bad_input_at_fit(mixed_frame):
+    y = mixed_frame["target"]
+    X = mixed_frame.drop(columns=["target"])
+    with pytest.raises(DataValidationError, match="all missing"):
+        NPTClassifier(**FAST).fit(X.assign(num=np.nan), y)
+    with pytest.raises(DataValidationError, match="inf"):
+        NPTClassifier(**FAST).fit(X.assign(num=np.inf), y)
+    with pytest.raises(ValueError, match="rows|samples"):
+        NPTClassifier(**FAST).fit(X, y[:-3])
+    with pytest.raises(ValueError, match="Expected 2D"):
+        NPTClassifier(**FAST).fit(np.arange(10.0), np.arange(10) % 2)
+    with pytest.raises(ValueError, match="missing labels"):
+        NPTClassifier(**FAST).fit(X, y.where(y.index != 3, None))
+    with pytest.raises(DataValidationError, match="not in the table|unknown column"):
+        NPTClassifier(categorical_features=["nope"], **FAST).fit(X, y)
+    with pytest.raises(ValueError, match="no rows|0 sample"):
+        NPTClassifier(**FAST).fit(X.iloc[:0], y.iloc[:0])
+
+
+def test_unknown_config_key_raises(mixed_frame):
+    X, y = mixed_frame.drop(columns=["target"]), mixed_frame["target"]
+    with pytest.raises(ConfigError, match="d_embeding"):
+        NPTClassifier(model_options={"d_embeding": 8}).fit(X, y)
+    with pytest.raises(ConfigError, match="max_stepz"):
+        NPTClassifier(train_options={"max_stepz": 8}).fit(X, y)
+    with pytest.raises(ConfigError, match="preset"):
+        NPTClassifier("huge").fit(X, y)
+    with pytest.raises(ConfigError, match="both"):
+        NPTClassifier(max_steps=3, train_options={"max_steps": 4}).fit(X, y)
+
+
+def test_categorical_override_and_inference(mixed_frame):
+    X, y = mixed_frame.drop(columns=["target"]), mixed_frame["target"]
+    clf = NPTClassifier(categorical_features=["count"], **FAST).fit(X, y)
+    kinds = {c.name: c.kind for c in clf.learner_.schema.columns}
+    assert kinds == {
+        "num": "continuous",
+        "cat": "categorical",
+        "flag": "categorical",
+        "count": "categorical",
+        "__target__": "categorical",
+    }
