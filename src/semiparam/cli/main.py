@@ -1,4 +1,4 @@
-"""``semiparam`` command line: fit | predict | impute | demo.
+"""``semiparam`` command line: fit | predict | impute | demo | bench.
 
 Each ``fit`` writes one run directory: ``config.json`` (every resolved setting), ``metrics.json``
 (training history, validation loss, timings) and ``model/`` (weights and fitted state, no pickle).
@@ -220,6 +220,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_demo)
+
+    from ..bench.cli import add_bench_parser  # the logic lives in semiparam.bench
+
+    add_bench_parser(sub)
     return parser
 
 

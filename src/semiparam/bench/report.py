@@ -1,0 +1,350 @@
+"""Markdown report and plots from the results of :func:`semiparam.bench.runner.run_suite`.
+
+The report puts every reduction next to the number it affects, the paper's numbers beside ours,
+average ranks computed as paper Table 1 does (also recomputed from the paper's own numbers on the
+datasets and methods we ran, so the two are comparable), and wall time and peak memory per model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import paper
+from .baselines import BASELINES
+from .models import model_title
+from .protocol import HIGHER_IS_BETTER, PRIMARY_METRIC, average_ranks
+
+GROUPS = (
+    ("binary", "auroc", "AUROC"),
+    ("multiclass", "accuracy", "accuracy"),
+    ("regression", "rmse", "RMSE"),
+)
+METRIC_LABEL = {
+    "auroc": "AUROC ↑",
+    "accuracy": "accuracy (%) ↑",
+    "nll": "NLL ↓",
+    "rmse": "RMSE ↓",
+    "mse": "MSE ↓",
+}
+
+
+def paper_method(model: str) -> str | None:
+    """Row name of ``model`` in the paper's tables (None: not in the paper)."""
+    if model in BASELINES:
+        return BASELINES[model].paper_name
+    return "NPT" if model == "npt" else None
+
+
+def _fmt(value: float | None, metric: str, se: float | None = None) -> str:
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return "–"
+    scale = 100.0 if metric == "accuracy" else 1.0
+    digits = {"auroc": 3, "accuracy": 2, "nll": 3, "rmse": 2, "mse": 2, "mae": 2}.get(metric, 3)
+    text = f"{value * scale:.{digits}f}"
+    if se is not None:
+        text += f" ± {se * scale:.{digits}f}"
+    return text
+
+
+def _fmt_paper(metric: str, dataset_paper_name: str | None, model: str) -> str:
+    method = paper_method(model)
+    if dataset_paper_name is None or method is None:
+        return "–"
+    entry = paper.paper_value(metric, dataset_paper_name, method)
+    if entry is None:
+        return "–"
+    mean, se = entry
+    digits = {"auroc": 3, "accuracy": 2, "nll": 3, "rmse": 2}.get(metric, 3)
+    return f"{mean:.{digits}f}" + (f" ± {se:.{digits}f}" if se is not None else "")
+
+
+def _models(results: dict[str, Any]) -> list[str]:
+    return [m for m in results["plan"]["models"] if m not in results.get("unavailable", {})]
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return lines
+
+
+def _steps_text(meta: dict[str, Any], model: str) -> str:
+    spec = meta.get("table_specs", {}).get(model)
+    if not spec:
+        return "–"
+    parts = [f"preset {spec['preset']}", f"{spec['max_steps'] or 'preset'} steps"]
+    if spec.get("batch_size"):
+        parts.append(f"batch {spec['batch_size']}")
+    for key, value in (spec.get("model_options") or {}).items():
+        parts.append(f"{key}={value}")
+    if spec.get("p_target") is not None:
+        parts.append(f"p_target {spec['p_target']}")
+    parts.append("transductive" if spec.get("transductive") else "inductive")
+    return ", ".join(parts)
+
+
+def reductions_section(results: dict[str, Any]) -> list[str]:
+    table_models = [m for m in _models(results) if m not in BASELINES]
+    header = [
+        "dataset",
+        "rows used / official",
+        "protocol (paper)",
+        "folds run / paper",
+        "train / val / test rows per fold (paper's)",
+    ]
+    header += [f"{model_title(m)} training (paper)" for m in table_models]
+    header += ["baseline search per fold"]
+    rows = []
+    for name, meta in results["datasets"].items():
+        s, p = meta["sizes"], meta["paper_sizes"]
+        official = meta.get("official_rows")
+        pname = meta.get("paper_name")
+        setup = paper.PAPER_SETUP.get(pname or "", {})
+        row = [
+            f"{name}" + (f" (paper: {pname})" if pname else " (not in the paper)"),
+            f"{meta['rows']:,} / {official:,}" if official else f"{meta['rows']:,}",
+            f"{meta['protocol']} ({setup.get('protocol', '–')})",
+            f"{meta['folds_run']} / {meta['paper_folds']}"
+            + ("" if meta["protocol"] == "cv" else " (single split)"),
+            f"{s['train']:,} / {s['val']:,} / {s['test']:,} ({p['train']:,} / {p['val']:,} / {p['test']:,})",
+        ]
+        for m in table_models:
+            row.append(
+                f"{_steps_text(meta, m)}" + (f" ({setup['npt']})" if m == "npt" and setup.get("npt") else "")
+            )
+        plan = meta["plan"]
+        row.append(
+            f"{plan['n_configs']} random settings, n_estimators ≤ {plan['max_estimators']} "
+            "(paper: grid of 24–11,340)"
+        )
+        rows.append(row)
+    return ["## Reductions from the paper's protocol", "", *_table(header, rows), ""]
+
+
+def results_section(results: dict[str, Any]) -> list[str]:
+    lines = ["## Test metrics (mean ± s.e. over the folds run; paper's value in brackets)", ""]
+    summary = results["summary"]
+    models = _models(results)
+    for name, meta in results["datasets"].items():
+        task = meta["task"]
+        metrics = (
+            ["rmse", "mse"]
+            if task == "regression"
+            else (["auroc", "accuracy", "nll"] if task == "binary" else ["accuracy", "nll"])
+        )
+        header = (
+            ["model"]
+            + [METRIC_LABEL[m] for m in metrics]
+            + ["s / fold", "s / step", "peak RSS MB (+ above start)"]
+        )
+        rows = []
+        for model in models:
+            entry = summary.get(name, {}).get(model)
+            if entry is None:
+                continue
+            row = [model_title(model)]
+            for metric in metrics:
+                ours = _fmt(entry[metric]["mean"], metric, entry[metric]["se"]) if metric in entry else "–"
+                ref = _fmt_paper(metric, meta.get("paper_name"), model) if metric != "mse" else "–"
+                row.append(ours + (f" [{ref}]" if ref != "–" else ""))
+            row.append(f"{entry['seconds_per_fold']:.1f}")
+            row.append(f"{entry['seconds_per_step']:.3f}" if "seconds_per_step" in entry else "–")
+            row.append(f"{entry['peak_rss_mb']:.0f} (+{entry['peak_above_start_mb']:.0f})")
+            rows.append(row)
+        folds = meta["folds_run"]
+        lines += [
+            f"### {meta['title']} — {folds} fold(s), {meta['sizes']['train']:,} training rows per fold",
+            "",
+            *_table(header, rows),
+            "",
+        ]
+    return lines
+
+
+def ranks_section(results: dict[str, Any]) -> list[str]:
+    summary = results["summary"]
+    models = _models(results)
+    lines = [
+        "## Average rank (± s.e. over datasets), computed as paper Table 1",
+        "",
+        "Within each dataset the models are ranked by the group's metric (1 = best, ties share the mean, "
+        "a missing entry ranks last); then mean ± sample std / √#datasets. *Paper, same subset* recomputes "
+        "the paper's ranks from its Tables 8–11 on the datasets and methods of this run, so it compares "
+        "with our column directly; *Paper Table 1* ranks 9 methods over all its datasets.",
+        "",
+    ]
+    for task, metric, label in GROUPS:
+        names = [n for n, meta in results["datasets"].items() if meta["task"] == task]
+        if not names:
+            continue
+        ours_table = {
+            n: {m: summary.get(n, {}).get(m, {}).get(metric, {}).get("mean") for m in models} for n in names
+        }
+        ours = average_ranks(ours_table, higher_is_better=HIGHER_IS_BETTER[metric], methods=models)
+        in_paper = [m for m in models if paper_method(m)]
+        paper_table = {}
+        for n in names:
+            pname = results["datasets"][n].get("paper_name")
+            if pname is None:
+                continue
+            row = {}
+            for m in in_paper:
+                entry = paper.paper_value(metric, pname, paper_method(m) or "")
+                row[m] = entry[0] if entry else None
+            paper_table[n] = row
+        paper_same = (
+            average_ranks(paper_table, higher_is_better=HIGHER_IS_BETTER[metric], methods=in_paper)
+            if paper_table
+            else {}
+        )
+        rows = []
+        for m in sorted(models, key=lambda k: ours.get(k, (99, None))[0]):
+            r = ours.get(m)
+            ps = paper_same.get(m)
+            full = paper.RANKS[metric].get(paper_method(m) or "")
+            rows.append(
+                [
+                    model_title(m),
+                    f"{r[0]:.2f}" + (f" ± {r[1]:.2f}" if r and r[1] is not None else "") if r else "–",
+                    f"{ps[0]:.2f}" + (f" ± {ps[1]:.2f}" if ps[1] is not None else "") if ps else "–",
+                    f"{full[0]:.2f} ± {full[1]:.2f}" if full else "–",
+                ]
+            )
+        lines += [
+            f"### {label} ({task}: {', '.join(names)})",
+            "",
+            *_table(["model", "ours", "paper, same subset", "paper Table 1"], rows),
+            "",
+        ]
+    return lines
+
+
+def plots(results: dict[str, Any], out_dir: str | Path, stem: str) -> list[Path]:
+    """Bar charts of the primary metric per dataset (paper values as markers) and a time/score
+    scatter. Needs matplotlib (the ``bench`` extra); returns [] without it."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    summary = results["summary"]
+    models = _models(results)
+    names = list(results["datasets"])
+    written = []
+    n = len(names)
+    cols = min(4, n)
+    rows = (n + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
+    for ax, name in zip(axes.flat, names, strict=False):
+        meta = results["datasets"][name]
+        metric = PRIMARY_METRIC[meta["task"]]
+        scale = 100.0 if metric == "accuracy" else 1.0
+        shown = [m for m in models if metric in summary.get(name, {}).get(m, {})]
+        means = [summary[name][m][metric]["mean"] * scale for m in shown]
+        ses = [(summary[name][m][metric]["se"] or 0.0) * scale for m in shown]
+        x = np.arange(len(shown))
+        colors = ["tab:red" if m not in BASELINES else "tab:blue" for m in shown]
+        ax.bar(x, means, yerr=ses, color=colors, alpha=0.8, capsize=2)
+        for i, m in enumerate(shown):
+            entry = paper.paper_value(metric, meta.get("paper_name") or "", paper_method(m) or "")
+            if entry:
+                ax.plot(i, entry[0], marker="_", color="black", markersize=14, mew=2)
+        ax.set_xticks(x, [model_title(m) for m in shown], rotation=60, ha="right", fontsize=7)
+        ax.set_title(f"{name} ({metric}{' ↑' if HIGHER_IS_BETTER[metric] else ' ↓'})", fontsize=9)
+        if means:
+            lo, hi = min(means), max(means)
+            pad = (hi - lo) * 0.3 + 1e-3
+            ax.set_ylim(max(0.0, lo - pad) if HIGHER_IS_BETTER[metric] else 0.0, hi + pad)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    fig.suptitle("Test metric per dataset (bars: this run ± s.e.; black ticks: paper)", fontsize=10)
+    fig.tight_layout()
+    path = out / f"{stem}_metrics.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    written.append(path)
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for m in models:
+        xs = [summary[n][m]["seconds_per_fold"] for n in names if m in summary.get(n, {})]
+        ys = [summary[n][m]["peak_above_start_mb"] for n in names if m in summary.get(n, {})]
+        ax.scatter(xs, np.maximum(ys, 1.0), label=model_title(m), s=18)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("wall seconds per fold (incl. tuning)")
+    ax.set_ylabel("peak RSS above start (MB)")
+    ax.legend(fontsize=7, ncol=2)
+    ax.set_title("Cost per model and dataset", fontsize=10)
+    fig.tight_layout()
+    path = out / f"{stem}_cost.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    written.append(path)
+    return written
+
+
+def machine_section(results: dict[str, Any], command: str | None) -> list[str]:
+    m = results["machine"]
+    versions = ", ".join(f"{k} {v}" for k, v in m.get("versions", {}).items() if v)
+    lines = ["## Machine and run", ""]
+    if command:
+        lines += [f"Reproduce: `{command}`", ""]
+    lines += [
+        f"- machine: {m.get('cpu')}, {m.get('cpu_count')} cores, {m.get('memory_gb')} GB RAM, "
+        f"{m.get('platform')}",
+        f"- shared with other users: load average at start {m.get('load_average_at_start')}; timings are "
+        "wall-clock on a busy machine, one thread per model (torch threads "
+        f"{results['plan'].get('threads')}), so compare them within this report only",
+        f"- versions: {versions}",
+        f"- started {results['started']}, wall time of this invocation "
+        f"{results['wall_seconds'] / 60:.1f} min, "
+        f"seed {results['plan']['seed']}",
+        "- peak memory: resident-set high-water mark of the process during each (model, fold), reset "
+        'before each one; "above start" subtracts what the process held before (data, libraries)',
+    ]
+    for model, reason in results.get("unavailable", {}).items():
+        lines.append(f"- **{model_title(model)} not run**: {reason}")
+    failures = [r for r in results["records"] if r.get("status") == "error"]
+    for r in failures:
+        lines.append(
+            f"- **failure**: {r['dataset']} fold {r['fold']} {model_title(r['model'])}: {r['error']}"
+        )
+    return lines + [""]
+
+
+def write_report(
+    results: dict[str, Any],
+    path: str | Path,
+    *,
+    title: str,
+    command: str | None = None,
+    intro: Sequence[str] = (),
+    extra_sections: Sequence[str] = (),
+    with_plots: bool = True,
+) -> Path:
+    """Write the markdown report (and PNG plots next to it) for ``results``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [f"# {title}", "", *intro, ""]
+    if results["plan"].get("notes"):
+        lines += [results["plan"]["notes"], ""]
+    lines += machine_section(results, command)
+    lines += reductions_section(results)
+    lines += results_section(results)
+    if len(results["datasets"]) > 1:
+        lines += ranks_section(results)
+    if with_plots:
+        written = plots(results, path.parent, path.stem)
+        if written:
+            lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in written] + [""]
+    lines += list(extra_sections)
+    path.write_text("\n".join(lines).rstrip() + "\n")
+    return path
