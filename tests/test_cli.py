@@ -9,8 +9,15 @@ import pytest
 from semiparam.cli.main import main
 
 TINY_SETS = [
-    "--set", "model.d_embedding=8", "--set", "model.n_heads=2", "--set", "model.n_blocks=2",
-    "--set", "train.max_steps=10", "--quiet",
+    "--set",
+    "model.d_embedding=8",
+    "--set",
+    "model.n_heads=2",
+    "--set",
+    "model.n_blocks=2",
+    "--set",
+    "train.max_steps=10",
+    "--quiet",
 ]
 
 
@@ -56,7 +63,22 @@ def test_parquet_input(tmp_path, mixed_frame):
 def test_config_file_and_errors(tmp_path, csv, capsys):
     toml = tmp_path / "c.toml"
     toml.write_text("[model]\nd_embedding = 8\nn_heads = 2\nn_blocks = 2\n[train]\nmax_steps = 5\n")
-    assert main(["fit", str(csv), "--target", "target", "--config", str(toml), "--out", str(tmp_path / "r"), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                str(csv),
+                "--target",
+                "target",
+                "--config",
+                str(toml),
+                "--out",
+                str(tmp_path / "r"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert json.loads((tmp_path / "r" / "config.json").read_text())["train_config"]["max_steps"] == 5
     assert main(["fit", str(csv), "--target", "target", "--set", "train.max_stepz=3"]) == 2
     assert "max_stepz" in capsys.readouterr().err

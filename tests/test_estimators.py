@@ -185,7 +185,11 @@ def test_unseen_category_warns_and_is_missing(fitted):
         (lambda f: f.drop(columns=["flag"]), ValueError, "flag|features"),
         (lambda f: f.rename(columns={"num": "numb"}), ValueError, "feature names|numb"),
         (lambda f: f.assign(num=np.where(np.arange(len(f)) == 3, np.inf, f["num"])), ValueError, "inf"),
-        (lambda f: f.assign(num=f["num"].astype(object).where(np.arange(len(f)) != 2, "abc")), ValueError, "non-numeric"),
+        (
+            lambda f: f.assign(num=f["num"].astype(object).where(np.arange(len(f)) != 2, "abc")),
+            ValueError,
+            "non-numeric",
+        ),
         (lambda f: f.iloc[:0], ValueError, "no rows|0 sample"),
     ],
     ids=["missing-column", "renamed-column", "inf", "string-in-numeric", "empty"],

@@ -31,8 +31,15 @@ def test_feature_masking_rate_and_bert_split():
     values, missing = _data()
     policy = MaskingPolicy(p_feature=0.15, p_target=1.0)
     labelled = torch.ones(len(values), dtype=torch.bool)
-    m = mask_for_training(values, missing, target_columns=TARGETS, labelled_rows=labelled,
-                          cardinalities=CARDS, policy=policy, generator=torch.Generator().manual_seed(1))
+    m = mask_for_training(
+        values,
+        missing,
+        target_columns=TARGETS,
+        labelled_rows=labelled,
+        cardinalities=CARDS,
+        policy=policy,
+        generator=torch.Generator().manual_seed(1),
+    )
     feature_cells = ~missing & ~TARGETS
     rate = m.score_feature[feature_cells].float().mean().item()
     assert abs(rate - 0.15) < 0.01
@@ -56,8 +63,15 @@ def test_stochastic_target_masking_keeps_other_labels_visible():
     values, missing = _data()
     labelled = torch.rand(len(values), generator=torch.Generator().manual_seed(3)) < 0.8
     policy = MaskingPolicy(p_feature=0.0, p_target=0.3)
-    m = mask_for_training(values, missing, target_columns=TARGETS, labelled_rows=labelled,
-                          cardinalities=CARDS, policy=policy, generator=torch.Generator().manual_seed(2))
+    m = mask_for_training(
+        values,
+        missing,
+        target_columns=TARGETS,
+        labelled_rows=labelled,
+        cardinalities=CARDS,
+        policy=policy,
+        generator=torch.Generator().manual_seed(2),
+    )
     candidates = labelled & ~missing[:, 3]
     assert abs(m.score_target[candidates, 3].float().mean().item() - 0.3) < 0.015
     visible = candidates & ~m.score_target[:, 3]

@@ -38,9 +38,7 @@ class FrozenConfig:
         """Build from a dict; keys not in the dataclass raise :class:`ConfigError`."""
         unknown = sorted(set(values) - set(cls.field_names()))
         if unknown:
-            raise ConfigError(
-                f"unknown {cls.__name__} key(s) {unknown}; valid keys are {cls.field_names()}"
-            )
+            raise ConfigError(f"unknown {cls.__name__} key(s) {unknown}; valid keys are {cls.field_names()}")
         if base is None:
             return cls(**values)
         return dataclasses.replace(base, **values)

@@ -12,15 +12,15 @@ from sklearn.metrics import accuracy_score, log_loss, roc_auc_score
 from sklearn.model_selection import train_test_split
 
 
-def run_demo(max_steps: int = 300, seed: int = 0, device: str = "cpu", quiet: bool = False) -> dict[str, dict[str, float]]:
+def run_demo(
+    max_steps: int = 300, seed: int = 0, device: str = "cpu", quiet: bool = False
+) -> dict[str, dict[str, float]]:
     import torch
 
     from ..estimators.npt import NPTClassifier
 
     X, y = load_breast_cancer(return_X_y=True, as_frame=True)
-    X_train, X_test, y_train, y_test = train_test_split(
-        X, y, test_size=0.2, stratify=y, random_state=seed
-    )
+    X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=0.2, stratify=y, random_state=seed)
     print(
         f"Breast cancer (scikit-learn): {len(X_train)} training rows, {len(X_test)} test rows, "
         f"{X.shape[1]} features; torch {torch.__version__} on {device} with {torch.get_num_threads()} threads"
@@ -48,7 +48,9 @@ def run_demo(max_steps: int = 300, seed: int = 0, device: str = "cpu", quiet: bo
 
     print(f"\n{'model':<24}{'accuracy':>10}{'AUROC':>10}{'NLL':>10}{'fit s':>10}")
     for name, r in results.items():
-        print(f"{name:<24}{r['accuracy']:>10.4f}{r['auroc']:>10.4f}{r['nll']:>10.4f}{r['fit_seconds']:>10.1f}")
+        print(
+            f"{name:<24}{r['accuracy']:>10.4f}{r['auroc']:>10.4f}{r['nll']:>10.4f}{r['fit_seconds']:>10.1f}"
+        )
     history = npt.history_
     print(
         f"\nNPT: {len(history.steps)} steps, best validation loss {history.best_val_loss:.4f} at step "

@@ -143,13 +143,19 @@ def infer_schema(
     """
     check_table(frame)
     names = [str(c) for c in frame.columns]
-    for group, label in ((targets, "target"), (categorical or (), "categorical"), (continuous or (), "continuous")):
+    for group, label in (
+        (targets, "target"),
+        (categorical or (), "categorical"),
+        (continuous or (), "continuous"),
+    ):
         missing = [c for c in group if c not in names]
         if missing:
             raise DataValidationError(f"{label} column(s) {missing} not in the table; it has {names}")
     overlap = set(categorical or ()) & set(continuous or ())
     if overlap:
-        raise DataValidationError(f"column(s) {sorted(overlap)} are listed as both categorical and continuous")
+        raise DataValidationError(
+            f"column(s) {sorted(overlap)} are listed as both categorical and continuous"
+        )
     specs = []
     for name, col_name in zip(names, frame.columns):
         col = frame[col_name]

@@ -29,10 +29,10 @@ from .._config import FrozenConfig
 from ..data.table import DataValidationError, EncodedTable, TableEncoder, TableSchema
 from ..models.registry import get_model
 from ..nn.columns import CATEGORICAL, ColumnOutputs
+from ..training.config import TrainConfig
 from ..training.losses import cell_losses, gaussian_std
 from ..training.masking import mask_for_inference
 from ..training.trainer import Batch, BestCheckpoint, ProgressBar, Trainer, TrainHistory
-from ..training.config import TrainConfig
 
 FORMAT_VERSION = 1
 
@@ -233,7 +233,11 @@ class TableLearner:
         missing = torch.as_tensor(context.missing, device=self.device)
         # Training labels are visible context only if the model was trained to read them
         # (stochastic target masking); with p_target = 1 the model never saw a label as input.
-        hide = self._target_mask() if self.train_config.p_target >= 1.0 else torch.zeros_like(self._target_mask())
+        hide = (
+            self._target_mask()
+            if self.train_config.p_target >= 1.0
+            else torch.zeros_like(self._target_mask())
+        )
         return mask_for_inference(values, missing, hide_columns=hide)
 
     def inference_module(self) -> torch.nn.Module:
@@ -319,7 +323,9 @@ class TableLearner:
                 mean = self.encoder.decode_continuous(name, out[:, 0].numpy().astype(np.float64))
                 entry = {"mean": mean}
                 if out.shape[1] == 2:
-                    entry["std"] = gaussian_std(out[:, 1]).numpy().astype(np.float64) * self.encoder.stds[name]
+                    entry["std"] = (
+                        gaussian_std(out[:, 1]).numpy().astype(np.float64) * self.encoder.stds[name]
+                    )
                 result[name] = entry
         return result
 
@@ -362,7 +368,9 @@ class TableLearner:
         return path
 
     @classmethod
-    def load(cls, path: str | Path, *, device: str | torch.device | None = None) -> tuple[TableLearner, dict[str, Any]]:
+    def load(
+        cls, path: str | Path, *, device: str | torch.device | None = None
+    ) -> tuple[TableLearner, dict[str, Any]]:
         path = Path(path)
         meta_file = path / "semiparam.json"
         if not meta_file.exists():

@@ -102,12 +102,16 @@ class TableEstimatorMixin(BaseEstimator):
         for c in self.categorical_features:
             if isinstance(c, (int, np.integer)) and not isinstance(c, bool):
                 if not 0 <= c < len(names):
-                    raise DataValidationError(f"categorical_features index {c} out of range for {len(names)} columns")
+                    raise DataValidationError(
+                        f"categorical_features index {c} out of range for {len(names)} columns"
+                    )
                 out.append(names[c])
             elif str(c) in names:
                 out.append(str(c))
             else:
-                raise DataValidationError(f"categorical_features names unknown column {c!r}; columns are {names}")
+                raise DataValidationError(
+                    f"categorical_features names unknown column {c!r}; columns are {names}"
+                )
         return out
 
     def _unlabeled_frame(self, X_unlabeled: Any) -> pd.DataFrame | None:

@@ -6,7 +6,9 @@ from .tabular import TableClassifier, TableRegressor
 
 
 class NPTClassifier(TableClassifier):
-    __doc__ = "Non-Parametric Transformer classifier (Kossen et al. 2021).\n" + (TableClassifier.__doc__ or "")
+    __doc__ = "Non-Parametric Transformer classifier (Kossen et al. 2021).\n" + (
+        TableClassifier.__doc__ or ""
+    )
     _model_name = "npt"
 
 

@@ -29,7 +29,9 @@ def _require_y(estimator: Any, y: Any) -> None:
 
 
 class _SupervisedTableEstimator(TableEstimatorMixin):
-    def _fit_frame(self, X: Any, targets: pd.DataFrame, target_specs: Sequence[ColumnSpec], X_unlabeled: Any) -> None:
+    def _fit_frame(
+        self, X: Any, targets: pd.DataFrame, target_specs: Sequence[ColumnSpec], X_unlabeled: Any
+    ) -> None:
         frame = self._as_frame(X, reset=True)
         if len(targets) != len(frame):
             raise DataValidationError(f"X has {len(frame)} rows but y has {len(targets)}")
@@ -117,7 +119,9 @@ class TableClassifier(ClassifierMixin, _SupervisedTableEstimator):
             raise DataValidationError("y contains missing labels; pass unlabeled rows as X_unlabeled")
         check_classification_targets(y)
         self.classes_ = np.unique(y)
-        spec = ColumnSpec(TARGET, CATEGORICAL, tuple(c.item() if isinstance(c, np.generic) else c for c in self.classes_))
+        spec = ColumnSpec(
+            TARGET, CATEGORICAL, tuple(c.item() if isinstance(c, np.generic) else c for c in self.classes_)
+        )
         self._fit_frame(X, pd.DataFrame({TARGET: pd.Series(y, dtype=object)}), [spec], X_unlabeled)
         return self
 
@@ -128,7 +132,9 @@ class TableClassifier(ClassifierMixin, _SupervisedTableEstimator):
         y = column_or_1d(np.asarray(y), warn=True)
         unknown = sorted(set(np.unique(y).tolist()) - set(self.classes_.tolist()))
         if unknown:
-            raise DataValidationError(f"labels {unknown} were not seen at fit; classes are {self.classes_.tolist()}")
+            raise DataValidationError(
+                f"labels {unknown} were not seen at fit; classes are {self.classes_.tolist()}"
+            )
         table = self._context_frame(X, pd.DataFrame({TARGET: pd.Series(y, dtype=object)}))
         self.learner_.refresh_context(table)
         return self
@@ -150,8 +156,9 @@ class TableClassifier(ClassifierMixin, _SupervisedTableEstimator):
 
 class TableRegressor(RegressorMixin, _SupervisedTableEstimator):
     __doc__ = (
-        "Regress one or several continuous targets with a table model.\n" + _PARAMS_DOC +
-        """    loss : {"squared_error", "gaussian"}
+        "Regress one or several continuous targets with a table model.\n"
+        + _PARAMS_DOC
+        + """    loss : {"squared_error", "gaussian"}
         ``squared_error`` is the paper's objective; ``gaussian`` adds a predictive standard
         deviation (``predict(X, return_std=True)``).
 """
@@ -287,11 +294,15 @@ class TablePredictor(_SupervisedTableEstimator):
         targets = [str(t) for t in self.targets]
         missing = [t for t in targets if t not in frame.columns]
         if missing:
-            raise DataValidationError(f"target column(s) {missing} not in the table; it has {list(frame.columns)}")
+            raise DataValidationError(
+                f"target column(s) {missing} not in the table; it has {list(frame.columns)}"
+            )
         labels = frame[targets]
         if labels.isna().any().any():
             bad = labels.columns[labels.isna().any()].tolist()
-            raise DataValidationError(f"target column(s) {bad} have missing values; drop those rows or pass them as X_unlabeled")
+            raise DataValidationError(
+                f"target column(s) {bad} have missing values; drop those rows or pass them as X_unlabeled"
+            )
         cats = self._categorical_features(frame)
         target_specs = infer_schema(labels, categorical=[t for t in targets if cats and t in cats]).columns
         self._fit_frame(frame.drop(columns=targets), labels, list(target_specs), X_unlabeled)

@@ -49,9 +49,7 @@ class NPTConfig(FrozenConfig):
         if self.d_embedding < 1 or self.n_heads < 1:
             raise ConfigError("d_embedding and n_heads must be positive")
         if self.d_embedding % self.n_heads:
-            raise ConfigError(
-                f"n_heads ({self.n_heads}) must divide d_embedding ({self.d_embedding})"
-            )
+            raise ConfigError(f"n_heads ({self.n_heads}) must divide d_embedding ({self.d_embedding})")
         if self.n_blocks < 2 or self.n_blocks % 2:
             raise ConfigError(f"n_blocks must be even and >= 2, got {self.n_blocks}")
         for name in ("dropout", "attention_dropout"):

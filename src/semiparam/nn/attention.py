@@ -131,7 +131,6 @@ class MultiheadAttention(nn.Module):
         y = y.transpose(1, 2).reshape(b, n_q, self.width)
         return self.out(y)
 
-
     def _paired(self, q: Tensor, prefix: tuple[Tensor, Tensor], k_self: Tensor, v_self: Tensor) -> Tensor:
         """Each query attends to the shared prefix and to its own key only.
 

@@ -55,10 +55,9 @@ class StreamingCrossAttention:
             self.lse, self.out = lse_chunk, out_chunk
             return
         lse = torch.logaddexp(self.lse, lse_chunk)
-        self.out = (
-            self.out * torch.exp(self.lse - lse).unsqueeze(-1)
-            + out_chunk * torch.exp(lse_chunk - lse).unsqueeze(-1)
-        )
+        self.out = self.out * torch.exp(self.lse - lse).unsqueeze(-1) + out_chunk * torch.exp(
+            lse_chunk - lse
+        ).unsqueeze(-1)
         self.lse = lse
 
     def result(self) -> Tensor:

@@ -97,7 +97,11 @@ class TrainConfig(FrozenConfig):
         """SPIN on the large UCI tables: batches of 2048 rows, flat 70% then cosine, label masking
         0.5 (Kick, Income, Forest, Poker scripts)."""
         return cls(
-            max_steps=100_000, flat_fraction=0.7, batch_size=2048, p_target=0.5, tradeoff_start=0.5,
+            max_steps=100_000,
+            flat_fraction=0.7,
+            batch_size=2048,
+            p_target=0.5,
+            tradeoff_start=0.5,
             eval_every=1000,
         )
 
@@ -105,8 +109,13 @@ class TrainConfig(FrozenConfig):
     def spin_genomics(cls) -> TrainConfig:
         """SPIN-16/64 genotype imputation: batches of 256, chunk masking 0.15, flat 50% (spec 5.4)."""
         return cls(
-            max_steps=15_000, flat_fraction=0.5, batch_size=256, p_target=0.15,
-            target_masking="chunk", tradeoff_start=0.5, eval_every=500,
+            max_steps=15_000,
+            flat_fraction=0.5,
+            batch_size=256,
+            p_target=0.15,
+            target_masking="chunk",
+            tradeoff_start=0.5,
+            eval_every=500,
         )
 
     @classmethod

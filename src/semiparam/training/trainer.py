@@ -167,7 +167,11 @@ class Trainer:
         )
         outputs = self.forward(self.model, masked.values, masked.hidden)
         loss, stats = npt_loss(
-            outputs, batch.values, masked.score_target, masked.score_feature, self.layout,
+            outputs,
+            batch.values,
+            masked.score_target,
+            masked.score_feature,
+            self.layout,
             self.tradeoff(step),
         )
         lr = self.learning_rate(step)
