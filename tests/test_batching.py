@@ -1,0 +1,68 @@
+"""Minibatching, validation split and checkpointing pieces of the training loop."""
+
+import numpy as np
+import torch
+
+from semiparam import NPTClassifier
+from semiparam.estimators._engine import split_validation, stratified_order
+from semiparam.training.trainer import BestCheckpoint
+
+from .conftest import TINY_MODEL
+
+
+def test_stratified_deal_keeps_class_shares():
+    rng = np.random.default_rng(0)
+    strata = np.array([0] * 900 + [1] * 100)
+    order = stratified_order(1000, strata, rng)
+    assert sorted(order.tolist()) == list(range(1000))
+    n_batches = 10
+    for k in range(n_batches):
+        batch = order[k::n_batches]
+        assert (strata[batch] == 1).sum() == 10  # every batch holds 10% of the minority class
+
+
+def test_validation_split_is_stratified_and_disjoint():
+    rng = np.random.default_rng(0)
+    strata = np.array([0] * 80 + [1] * 20)
+    train, val = split_validation(100, 0.2, strata, rng)
+    assert len(val) == 20 and len(set(train) & set(val)) == 0 and len(train) + len(val) == 100
+    assert (strata[val] == 1).sum() == 4
+    train, val = split_validation(3, 0.1, None, rng)  # too small to hold out a row
+    assert len(val) == 0 and len(train) == 3
+
+
+def test_minibatch_training_runs_and_is_seeded():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 4))
+    y = (X[:, 0] > 0.8).astype(int)
+    kwargs = dict(max_steps=12, batch_size=32, model_options=TINY_MODEL, random_state=3)
+    a = NPTClassifier(**kwargs).fit(X, y)
+    b = NPTClassifier(**kwargs).fit(X, y)
+    np.testing.assert_array_equal(a.predict_proba(X), b.predict_proba(X))
+    assert len(a.history_.train_loss) == 12
+
+
+class _FakeTrainer:
+    def __init__(self):
+        from semiparam.training.trainer import TrainHistory
+
+        self.model = torch.nn.Linear(2, 1)
+        self.history = TrainHistory()
+        self.stop = False
+
+
+def test_best_checkpoint_restores_best_weights_and_stops():
+    trainer = _FakeTrainer()
+    cb = BestCheckpoint(patience=2)
+    weights = []
+    for step, loss in enumerate([3.0, 2.0, 4.0, 5.0]):
+        with torch.no_grad():
+            trainer.model.weight.fill_(float(step))
+        weights.append(float(step))
+        cb.on_eval(trainer, step, loss)
+        if trainer.stop:
+            break
+    assert trainer.stop and step == 3 and trainer.history.stopped_early
+    assert trainer.history.best_step == 1 and trainer.history.best_val_loss == 2.0
+    cb.on_train_end(trainer)
+    assert trainer.model.weight.unique().item() == 1.0
