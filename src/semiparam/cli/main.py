@@ -1,4 +1,4 @@
-"""``semiparam`` command line: fit | predict | impute | demo | bench.
+"""``semiparam`` command line: fit | predict | impute | impute-vcf | demo | bench.
 
 Each ``fit`` writes one run directory: ``config.json`` (every resolved setting), ``metrics.json``
 (training history, validation loss, timings) and ``model/`` (weights and fitted state, no pickle).
@@ -224,6 +224,10 @@ def build_parser() -> argparse.ArgumentParser:
     from ..bench.cli import add_bench_parser  # the logic lives in semiparam.bench
 
     add_bench_parser(sub)
+
+    from .impute_vcf import add_impute_vcf_parser  # the logic lives in semiparam.genomics
+
+    add_impute_vcf_parser(sub)
     return parser
 
 

@@ -1,0 +1,46 @@
+"""Genotype imputation from VCF with table models (SPIN, NPT) and a nearest-haplotype baseline.
+
+    from semiparam.genomics import GenotypeImputer, impute_vcf
+    summary = impute_vcf("ref.vcf.gz", "target.vcf.gz", "imputed.vcf.gz", model="spin")
+
+VCF input/output needs the ``genomics`` extra (``pip install 'semiparam[genomics]'``, cyvcf2).
+"""
+
+from .imputer import PRESETS, GenotypeImputer, genomics_configs, phase_window
+from .metrics import (
+    dosage_r2_estimate,
+    evaluate_imputation,
+    genotype_concordance,
+    minor_allele_frequency,
+    pooled_r2,
+    r2_by_maf,
+)
+from .pipeline import AlignedTargets, AlignmentReport, align_targets, impute_vcf, peak_memory_mb
+from .simulate import simulate_haplotypes, simulate_panel, split_samples
+from .windows import Window, WindowSpec, plan_windows, token_bit_probabilities, tokenize
+
+__all__ = [
+    "PRESETS",
+    "AlignedTargets",
+    "AlignmentReport",
+    "GenotypeImputer",
+    "Window",
+    "WindowSpec",
+    "align_targets",
+    "dosage_r2_estimate",
+    "evaluate_imputation",
+    "genomics_configs",
+    "genotype_concordance",
+    "impute_vcf",
+    "minor_allele_frequency",
+    "peak_memory_mb",
+    "phase_window",
+    "plan_windows",
+    "pooled_r2",
+    "r2_by_maf",
+    "simulate_haplotypes",
+    "simulate_panel",
+    "split_samples",
+    "token_bit_probabilities",
+    "tokenize",
+]

@@ -1,0 +1,287 @@
+"""VCF in, VCF out: the end-to-end imputation behind ``semiparam impute-vcf``.
+
+:func:`impute_vcf` reads a phased reference panel and target genotypes, matches the target's
+sites to the panel (:func:`align_targets`), fits a :class:`~.imputer.GenotypeImputer` (or loads
+one), imputes every panel site for every target sample and writes a bgzipped VCF with GT, DS and
+GP per sample and AF, DR2 and IMP per site. It returns a summary (counts, timings, peak memory).
+
+Site matching, by (chrom, pos, REF, ALT):
+
+- exact match: used;
+- REF and ALT swapped: used with the alleles flipped (counted);
+- same position but other alleles, or a site the panel lacks: not used (counted);
+- contigs: a target contig the panel lacks is reported; no shared contig at all is an error that
+  says whether a ``chr`` prefix is the difference.
+
+Typed (input) sites are the matched target sites, restricted to ``array_sites`` (a positions
+file) when given; every other panel site is imputed.
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..data.vcf import (
+    GenotypeData,
+    VariantSites,
+    VCFError,
+    index_vcf,
+    read_positions,
+    read_reference_panel,
+    read_vcf,
+    write_imputed_vcf,
+)
+from .imputer import GenotypeImputer
+from .metrics import dosage_r2_estimate
+
+
+@dataclass
+class AlignmentReport:
+    n_target_sites: int = 0
+    n_matched: int = 0
+    n_flipped: int = 0  # REF/ALT swapped relative to the panel
+    n_allele_mismatch: int = 0  # same position, other alleles
+    n_not_in_panel: int = 0
+    n_not_on_array: int = 0  # matched, but not in the array positions file
+    n_typed: int = 0
+    contigs_not_in_panel: list[str] = field(default_factory=list)
+    examples: dict[str, str] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        parts = [f"{self.n_typed} typed sites used of {self.n_target_sites} target sites"]
+        for n, what in (
+            (self.n_flipped, "with REF/ALT swapped (flipped)"),
+            (self.n_allele_mismatch, "with alleles that differ from the panel (dropped)"),
+            (self.n_not_in_panel, "not in the panel (dropped)"),
+            (self.n_not_on_array, "not array sites (ignored as inputs)"),
+        ):
+            if n:
+                parts.append(f"{n} {what}")
+        if self.contigs_not_in_panel:
+            parts.append(f"contigs not in the panel: {self.contigs_not_in_panel}")
+        return "; ".join(parts)
+
+
+@dataclass
+class AlignedTargets:
+    """Target genotypes on the panel's sites: ``alleles (n_panel_sites, n_samples, 2)`` int8 (-1
+    unknown), ``phased`` bool like it, ``typed (n_panel_sites,)`` bool."""
+
+    samples: list[str]
+    alleles: np.ndarray
+    phased: np.ndarray
+    typed: np.ndarray
+    report: AlignmentReport
+
+
+def _contig_hint(target: Sequence[str], panel: Sequence[str]) -> str:
+    strip = {c.removeprefix("chr") for c in target}
+    if strip & {c.removeprefix("chr") for c in panel}:
+        return " (they differ by a 'chr' prefix: rename with `bcftools annotate --rename-chrs`)"
+    return ""
+
+
+def align_targets(
+    panel_sites: VariantSites,
+    target: GenotypeData,
+    *,
+    array_positions: Sequence[tuple[str, int]] | None = None,
+    allowed_typed: np.ndarray | None = None,
+) -> AlignedTargets:
+    """Put ``target`` genotypes on ``panel_sites`` (see the module docstring). ``allowed_typed``
+    (n_panel_sites,) bool restricts typed sites further (a loaded model's typed sites)."""
+    report = AlignmentReport(n_target_sites=target.n_sites)
+    panel_contigs = set(panel_sites.contigs())
+    target_contigs = target.sites.contigs()
+    report.contigs_not_in_panel = [c for c in target_contigs if c not in panel_contigs]
+    if target.n_sites and len(report.contigs_not_in_panel) == len(target_contigs):
+        raise VCFError(
+            f"the target's contigs {target_contigs[:5]} are not in the reference panel "
+            f"{sorted(panel_contigs)[:5]}{_contig_hint(target_contigs, sorted(panel_contigs))}"
+        )
+    index = {key: i for i, key in enumerate(panel_sites.keys())}
+    positions = {(c, p) for c, p in zip(panel_sites.chrom.tolist(), panel_sites.pos.tolist())}
+    n_panel, n_samples = len(panel_sites), target.n_samples
+    alleles = np.full((n_panel, n_samples, 2), -1, dtype=np.int8)
+    phased = np.ones((n_panel, n_samples), dtype=bool)
+    typed = np.zeros(n_panel, dtype=bool)
+    array_set = set(array_positions) if array_positions is not None else None
+    if array_set is not None:
+        target_contig_set = set(target_contigs)
+        if not any(c in target_contig_set for c, _ in array_set):
+            array_contigs = sorted({c for c, _ in array_set})[:5]
+            raise VCFError(
+                f"the array positions file names contigs {array_contigs}, none of which is in the "
+                f"target {target_contigs[:5]}{_contig_hint(array_contigs, target_contigs)}"
+            )
+    for t, (chrom, pos, ref, alt) in enumerate(target.sites.keys()):
+        i = index.get((chrom, pos, ref, alt))
+        flip = False
+        if i is None:
+            i = index.get((chrom, pos, alt, ref))
+            flip = i is not None
+        if i is None:
+            if (chrom, pos) in positions:
+                report.n_allele_mismatch += 1
+                report.examples.setdefault("allele_mismatch", target.sites.label(t))
+            else:
+                report.n_not_in_panel += 1
+                report.examples.setdefault("not_in_panel", target.sites.label(t))
+            continue
+        report.n_matched += 1
+        if array_set is not None and (chrom, pos) not in array_set:
+            report.n_not_on_array += 1
+            continue
+        if allowed_typed is not None and not allowed_typed[i]:
+            report.n_not_on_array += 1
+            continue
+        a = target.alleles[t]
+        if flip:
+            report.n_flipped += 1
+            a = np.where(a >= 0, 1 - a, a).astype(np.int8)
+        alleles[i] = a
+        phased[i] = target.phased[t]
+        typed[i] = True
+    report.n_typed = int(typed.sum())
+    if report.n_typed == 0:
+        raise VCFError(
+            "no target site can be used as input: " + report.summary()
+            + (f"; e.g. {report.examples}" if report.examples else "")
+        )
+    return AlignedTargets(list(target.samples), alleles, phased, typed, report)
+
+
+def peak_memory_mb() -> float:
+    """Peak resident memory of this process so far, in MiB (Linux/macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+
+
+def impute_vcf(
+    reference: str | Path | None,
+    target: str | Path,
+    out: str | Path,
+    *,
+    array_sites: str | Path | None = None,
+    region: str | None = None,
+    imputer: GenotypeImputer | None = None,
+    model_dir: str | Path | None = None,
+    save_model: str | Path | None = None,
+    index: bool = True,
+    log: Callable[[str], None] | None = None,
+    **imputer_params: Any,
+) -> dict[str, Any]:
+    """Impute ``target`` from ``reference`` and write ``out`` (``.vcf.gz``; ``.vcf`` for plain text).
+
+    ``array_sites``: positions file of the typed sites (default: every target site found in the
+    panel). ``region``: ``chrom:start-end`` read from both files (needs indexes). ``imputer``: an
+    unfitted :class:`GenotypeImputer` to fit (default: one built from ``imputer_params``).
+    ``model_dir``: load a saved imputer instead of fitting (``reference`` may then be None).
+    ``save_model``: save the fitted imputer there. Returns a summary dict.
+    """
+    say = log or (lambda message: None)
+    start = time.perf_counter()
+    timings: dict[str, float] = {}
+    summary: dict[str, Any] = {"reference": str(reference), "target": str(target), "out": str(out)}
+
+    t0 = time.perf_counter()
+    if model_dir is not None:
+        imp = GenotypeImputer.load(model_dir)
+        if imputer_params.get("unphased"):
+            imp.unphased = imputer_params["unphased"]
+        imp.log = log
+        panel_sites, contig_lines = imp.sites_, imp.contig_lines_
+        say(f"loaded imputer from {model_dir}: {len(panel_sites)} sites, {len(imp.windows_)} windows")
+        panel = None
+    else:
+        if reference is None:
+            raise ValueError("give a reference panel (or model_dir of a saved imputer)")
+        panel, ref_report = read_reference_panel(reference, region=region)
+        say(f"reference: {ref_report.summary()}; {panel.n_haplotypes} haplotypes")
+        summary["reference_read"] = asdict(ref_report)
+        panel_sites, contig_lines = panel.sites, panel.contig_lines
+    target_data, tgt_report = read_vcf(target, region=region)
+    say(f"target: {tgt_report.summary()}; {target_data.n_samples} samples")
+    summary["target_read"] = asdict(tgt_report)
+    positions = read_positions(array_sites) if array_sites is not None else None
+    aligned = align_targets(
+        panel_sites,
+        target_data,
+        array_positions=positions,
+        allowed_typed=imp.typed_ if model_dir is not None else None,
+    )
+    say(f"sites: {aligned.report.summary()}")
+    summary["alignment"] = asdict(aligned.report)
+    timings["read_seconds"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    if model_dir is None:
+        assert panel is not None
+        imp = imputer if imputer is not None else GenotypeImputer(**imputer_params)
+        imp.log = imp.log or log
+        say(f"training {imp.model} ({imp.mode}, preset {imp.preset}) ...")
+        imp.fit(panel, aligned.typed)
+        if save_model is not None:
+            imp.save(save_model)
+            say(f"saved the fitted imputer to {save_model}")
+    timings["fit_seconds"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    say(f"imputing {len(aligned.samples)} samples over {len(imp.windows_)} windows ...")
+    probs = imp.impute(aligned.alleles, aligned.phased)
+    timings["impute_seconds"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    dr2 = dosage_r2_estimate(probs.reshape(len(panel_sites), -1))
+    all_phased = bool(aligned.phased[aligned.typed].all())
+    out = Path(out)
+    write_imputed_vcf(
+        out,
+        panel_sites,
+        aligned.samples,
+        probs,
+        typed=aligned.typed,
+        phased=all_phased,
+        dr2=dr2,
+        contig_lines=contig_lines,
+        source=f"semiparam impute-vcf model={imp.model} mode={imp.mode}",
+    )
+    index_path = None
+    if index and out.name.endswith(".gz"):
+        index_path = index_vcf(out)
+    timings["write_seconds"] = time.perf_counter() - t0
+    timings["total_seconds"] = time.perf_counter() - start
+
+    imputed = ~aligned.typed
+    summary.update(
+        {
+            "model": imp.model,
+            "mode": imp.mode,
+            "n_samples": len(aligned.samples),
+            "n_sites_written": len(panel_sites),
+            "n_typed": int(aligned.typed.sum()),
+            "n_imputed": int(imputed.sum()),
+            "n_windows": len(imp.windows_),
+            "mean_dr2_imputed": float(dr2[imputed & imp.modelled_].mean()) if (imputed & imp.modelled_).any() else None,
+            "phased_output": all_phased,
+            "index": str(index_path) if index_path else None,
+            "peak_memory_mb": peak_memory_mb(),
+            **timings,
+        }
+    )
+    say(
+        f"wrote {out}: {len(aligned.samples)} samples x {len(panel_sites)} sites "
+        f"({summary['n_imputed']} imputed, mean DR2 {summary['mean_dr2_imputed'] or 0:.3f}) in "
+        f"{timings['total_seconds']:.1f}s (fit {timings['fit_seconds']:.1f}s, impute "
+        f"{timings['impute_seconds']:.1f}s); peak memory {summary['peak_memory_mb']:.0f} MiB"
+        + ("" if index_path or not out.name.endswith(".gz") or not index else "; no index (bcftools/tabix not found)")
+    )
+    return summary
