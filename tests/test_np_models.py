@@ -1,0 +1,316 @@
+"""Neural processes (CIPNP, IPNP, CANP, ANP): invariances, padding, likelihood, persistence, errors."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from semiparam import ConfigError
+from semiparam.models.np_base import _normal_kl
+from semiparam.np import ANP, CANP, CIPNP, IPNP, GPTaskSampler, NeuralProcessEstimator, load
+
+MODELS = [CIPNP, IPNP, CANP, ANP]
+TINY = {"d_model": 16, "n_heads": 2}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """The suite runs on two shared cores: one thread per process avoids oversubscription."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _tiny(cls: type[NeuralProcessEstimator], steps: int = 2, seed: int = 0) -> NeuralProcessEstimator:
+    options = dict(TINY, d_latent=8) if cls in (IPNP, ANP) else dict(TINY)
+    sampler = GPTaskSampler(min_ctx=8, max_ctx=16, min_tgt=4, max_tgt=8, random_state=seed)
+    return cls(random_state=seed, **options).fit(sampler, max_steps=steps, batch_size=4)
+
+
+@pytest.fixture(scope="module", params=MODELS, ids=lambda c: c.__name__)
+def model(request) -> NeuralProcessEstimator:
+    return _tiny(request.param)
+
+
+@pytest.fixture(scope="module")
+def batch():
+    return GPTaskSampler(min_ctx=10, max_ctx=10, min_tgt=6, max_tgt=6, random_state=42).sample(3)
+
+
+def test_fit_resolves_inducing_points_from_min_ctx() -> None:
+    assert _tiny(CIPNP).config_.n_inducing == 4  # floor(min_ctx / 2), the paper's h
+    assert CIPNP(n_inducing=3, **TINY).fit(GPTaskSampler(min_ctx=8, max_ctx=9), max_steps=1).config_.n_inducing == 3
+    inducing = _tiny(IPNP).module_.cross_path.set_encoder.inducing
+    assert inducing.shape == (1, 4, 16)
+
+
+def test_output_shapes_single_task_and_batch(model, batch) -> None:
+    pred = model.predict(batch.context_x, batch.context_y, batch.target_x, n_samples=5)
+    assert pred.mean.shape == (3, 6, 1) and pred.std.shape == (3, 6, 1)
+    assert (pred.std > 0).all()
+    if model.is_latent:
+        assert pred.samples is not None and pred.samples.shape == (5, 3, 6, 1)
+    else:
+        assert pred.samples is None
+        assert (pred.std >= 0.1).all()  # sigma = 0.1 + 0.9 softplus
+    task = batch.task(1)
+    one = model.predict(task["context_x"][:, 0].numpy(), task["context_y"][:, 0].numpy(), task["target_x"], n_samples=5)
+    assert one.mean.shape == (6, 1)
+    ll = model.log_likelihood(task["context_x"], task["context_y"], task["target_x"], task["target_y"])
+    assert ll.shape == (6,) and torch.isfinite(ll).all()
+    ll_batch = model.log_likelihood(batch.context_x, batch.context_y, batch.target_x, batch.target_y)
+    assert ll_batch.shape == (3, 6)
+    if not model.is_latent:  # a task alone or inside a batch: same prediction
+        torch.testing.assert_close(ll, ll_batch[1], atol=1e-5, rtol=1e-5)
+
+
+def test_context_permutation_invariance(model, batch) -> None:
+    perm = torch.randperm(10, generator=torch.Generator().manual_seed(0))
+    a = model.predict(batch.context_x, batch.context_y, batch.target_x, n_samples=4)
+    b = model.predict(batch.context_x[:, perm], batch.context_y[:, perm], batch.target_x, n_samples=4)
+    torch.testing.assert_close(a.mean, b.mean, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(a.std, b.std, atol=1e-5, rtol=1e-5)
+    la = model.log_likelihood(batch.context_x, batch.context_y, batch.target_x, batch.target_y)
+    lb = model.log_likelihood(batch.context_x[:, perm], batch.context_y[:, perm], batch.target_x, batch.target_y)
+    torch.testing.assert_close(la, lb, atol=1e-5, rtol=1e-5)
+
+
+def test_target_permutation_equivariance(model, batch) -> None:
+    perm = torch.tensor([5, 3, 1, 0, 2, 4])
+    a = model.predict(batch.context_x, batch.context_y, batch.target_x)
+    b = model.predict(batch.context_x, batch.context_y, batch.target_x[:, perm])
+    torch.testing.assert_close(a.mean[:, perm], b.mean, atol=1e-5, rtol=1e-5)
+
+
+def test_padding_does_not_change_predictions(model) -> None:
+    sampler = GPTaskSampler(min_ctx=3, max_ctx=12, min_tgt=2, max_tgt=7, shared_sizes=False, random_state=9)
+    ragged = sampler.sample(4)
+    assert ragged.is_padded
+    # garbage (even NaN) in padded slots must be ignored
+    cx, cy = ragged.context_x.clone(), ragged.context_y.clone()
+    cx[~ragged.context_mask] = 1e3
+    cy[~ragged.context_mask] = math.nan
+    padded = model.log_likelihood(
+        cx, cy, ragged.target_x, ragged.target_y, context_mask=ragged.context_mask, target_mask=ragged.target_mask
+    )
+    assert torch.isnan(padded[~ragged.target_mask]).all()
+    pred = model.predict(cx, cy, ragged.target_x, context_mask=ragged.context_mask, target_mask=ragged.target_mask)
+    lists = [ragged.task(i) for i in range(4)]
+    from_lists = model.predict(
+        [t["context_x"] for t in lists], [t["context_y"] for t in lists], [t["target_x"] for t in lists]
+    )
+    torch.testing.assert_close(pred.mean, from_lists.mean, equal_nan=True, atol=1e-5, rtol=1e-5)
+    for i, task in enumerate(lists):
+        alone = model.log_likelihood(task["context_x"], task["context_y"], task["target_x"], task["target_y"])
+        if not model.is_latent:
+            torch.testing.assert_close(alone, padded[i][ragged.target_mask[i]], atol=1e-5, rtol=1e-5)
+        single = model.predict(task["context_x"], task["context_y"], task["target_x"])
+        if not model.is_latent:
+            torch.testing.assert_close(single.mean, pred.mean[i][ragged.target_mask[i]], atol=1e-5, rtol=1e-5)
+
+
+def test_latent_padding_with_shared_draws() -> None:
+    """Latent models draw z per task from the prior; with the same draws, padding changes nothing."""
+    model = _tiny(IPNP)
+    sampler = GPTaskSampler(min_ctx=3, max_ctx=12, min_tgt=2, max_tgt=7, shared_sizes=False, random_state=2)
+    ragged = sampler.sample(3)
+    padded = model.predict(
+        ragged.context_x, ragged.context_y, ragged.target_x,
+        context_mask=ragged.context_mask, target_mask=ragged.target_mask, n_samples=3,
+    )
+    module = model.module_
+    for i in range(3):
+        task = ragged.task(i)
+        ctx = module.encode(task["context_x"][None], task["context_y"][None], None)
+        mu, sigma = ctx.prior
+        ctx_padded = module.encode(
+            ragged.context_x[i : i + 1], ragged.context_y[i : i + 1], ragged.context_mask[i : i + 1]
+        )
+        torch.testing.assert_close(mu, ctx_padded.prior[0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(sigma, ctx_padded.prior[1], atol=1e-5, rtol=1e-5)
+    assert torch.isnan(padded.mean[~ragged.target_mask]).all()
+
+
+def test_likelihood_of_a_known_gaussian(batch) -> None:
+    for cls in MODELS:
+        model = _tiny(cls, steps=1)
+        last = model.module_.decoder.net[-1]
+        with torch.no_grad():  # the decoder now ignores its input: N(0.3, sigma^2) everywhere
+            last.weight.zero_()
+            last.bias.copy_(torch.tensor([0.3, 0.5]))
+        sigma = 0.1 + 0.9 * math.log1p(math.exp(0.5))
+        ll = model.log_likelihood(batch.context_x, batch.context_y, batch.target_x, batch.target_y)
+        y = batch.target_y[..., 0].double()
+        expected = -0.5 * math.log(2 * math.pi) - math.log(sigma) - 0.5 * ((y - 0.3) / sigma) ** 2
+        torch.testing.assert_close(ll.double(), expected, atol=1e-5, rtol=1e-5)
+        pred = model.predict(batch.context_x, batch.context_y, batch.target_x)
+        torch.testing.assert_close(pred.mean, torch.full_like(pred.mean, 0.3))
+        torch.testing.assert_close(pred.std, torch.full_like(pred.std, sigma))
+        assert model.evaluate([batch]) == pytest.approx(float(expected.mean()), abs=1e-5)
+
+
+def test_gaussian_kl_matches_torch() -> None:
+    g = torch.Generator().manual_seed(0)
+    mu_q, mu_p = torch.randn(3, 5, generator=g), torch.randn(3, 5, generator=g)
+    s_q, s_p = torch.rand(3, 5, generator=g) + 0.1, torch.rand(3, 5, generator=g) + 0.1
+    expected = torch.distributions.kl_divergence(
+        torch.distributions.Normal(mu_q, s_q), torch.distributions.Normal(mu_p, s_p)
+    ).sum(-1)
+    torch.testing.assert_close(_normal_kl(mu_q, s_q, mu_p, s_p), expected)
+
+
+def test_conditional_loss_ignores_padded_targets() -> None:
+    model = _tiny(CIPNP)
+    module = model.module_
+    sampler = GPTaskSampler(min_ctx=6, max_ctx=6, min_tgt=5, max_tgt=5, random_state=1)
+    b = sampler.sample(2)
+    full = module.loss(b.context_x, b.context_y, None, b.target_x[:, :3], b.target_y[:, :3], None)
+    mask = torch.zeros(2, 5, dtype=torch.bool)
+    mask[:, :3] = True
+    ty = b.target_y.clone()
+    ty[:, 3:] = 50.0
+    padded = module.loss(b.context_x, b.context_y, None, b.target_x, ty, mask)
+    torch.testing.assert_close(full, padded)
+
+
+@pytest.mark.parametrize("cls", [IPNP, ANP], ids=lambda c: c.__name__)
+def test_latent_objectives(cls) -> None:
+    model = _tiny(cls)
+    b = GPTaskSampler(min_ctx=6, max_ctx=6, min_tgt=5, max_tgt=5, random_state=1).sample(2)
+    args = (b.context_x, b.context_y, None, b.target_x, b.target_y, None)
+    g = torch.Generator().manual_seed(0)
+    elbo = model.module_.loss(*args, objective="elbo", n_samples=64, generator=g)
+    iwae = model.module_.loss(*args, objective="iwae", n_samples=64, generator=g)
+    assert torch.isfinite(elbo) and torch.isfinite(iwae)
+    assert iwae <= elbo + 1e-3  # the importance-weighted bound is tighter: lower negative bound
+    with pytest.raises(ValueError, match="objective"):
+        model.module_.loss(*args, objective="vi")  # type: ignore[arg-type]
+
+
+def test_same_seed_same_model_and_global_rng_untouched(batch) -> None:
+    torch.manual_seed(123)
+    before = torch.rand(1)
+    torch.manual_seed(123)
+    a = _tiny(CANP, steps=3, seed=5)
+    after = torch.rand(1)
+    assert torch.equal(before, after)
+    b = _tiny(CANP, steps=3, seed=5)
+    pa = a.predict(batch.context_x, batch.context_y, batch.target_x)
+    pb = b.predict(batch.context_x, batch.context_y, batch.target_x)
+    assert torch.equal(pa.mean, pb.mean)
+
+
+def test_save_load_round_trip(model, batch, tmp_path) -> None:
+    path = model.save(tmp_path / type(model).__name__)
+    assert (path / "model.safetensors").exists() and (path / "neural_process.json").exists()
+    for restored in (type(model).load(path), load(path)):
+        assert type(restored) is type(model) and restored.config_ == model.config_
+        a = model.predict(batch.context_x, batch.context_y, batch.target_x, n_samples=6)
+        b = restored.predict(batch.context_x, batch.context_y, batch.target_x, n_samples=6)
+        torch.testing.assert_close(a.mean, b.mean, atol=0, rtol=0)
+        torch.testing.assert_close(a.std, b.std, atol=0, rtol=0)
+        if a.samples is not None:
+            torch.testing.assert_close(a.samples, b.samples, atol=0, rtol=0)
+        assert restored.history_.n_steps == model.history_.n_steps
+    other = CANP if type(model) is not CANP else CIPNP
+    with pytest.raises(ValueError, match="holds a"):
+        other.load(path)
+
+
+def test_load_errors(tmp_path) -> None:
+    with pytest.raises(FileNotFoundError, match="not a saved neural process"):
+        CIPNP.load(tmp_path)
+
+
+def test_bad_input_gives_clear_errors() -> None:
+    model = _tiny(CIPNP)
+    x, y, xt, yt = torch.rand(10, 1), torch.rand(10, 1), torch.rand(4, 1), torch.rand(4, 1)
+    with pytest.raises(ValueError, match="context_x has 10 points per task but context_y has 9"):
+        model.predict(x, y[:9], xt)
+    with pytest.raises(ValueError, match="target_x has 4 points per task but target_y has 3"):
+        model.log_likelihood(x, y, xt, yt[:3])
+    with pytest.raises(ValueError, match="context is empty"):
+        model.predict(torch.zeros(0, 1), torch.zeros(0, 1), xt)
+    with pytest.raises(ValueError, match=r"task\(s\) \[1\] have an empty context"):
+        model.predict(
+            torch.rand(2, 5, 1), torch.rand(2, 5, 1), torch.rand(2, 3, 1),
+            context_mask=torch.tensor([[True] * 5, [False] * 5]),
+        )
+    y_nan = y.clone()
+    y_nan[3] = math.nan
+    with pytest.raises(ValueError, match=r"context_y has 1 point\(s\) with NaN or inf values \(first: task 0, point 3\)"):
+        model.predict(x, y_nan, xt)
+    with pytest.raises(ValueError, match="target_x has 1 point"):
+        model.predict(x, y, torch.tensor([[0.1], [math.inf]]))
+    with pytest.raises(ValueError, match="expects 1"):
+        model.predict(torch.rand(10, 3), y, xt)
+    with pytest.raises(ValueError, match="number of tasks"):
+        model.predict(torch.rand(2, 10, 1), torch.rand(3, 10, 1), torch.rand(2, 4, 1))
+    with pytest.raises(ValueError, match="mix of one task and batches"):
+        model.predict(torch.rand(1, 10, 1), y, xt)
+    with pytest.raises(ValueError, match="context_mask has shape"):
+        model.predict(x, y, xt, context_mask=torch.ones(9, dtype=torch.bool))
+    with pytest.raises(ValueError, match="could not be read"):
+        model.predict(["a", "b"], y, xt)
+    with pytest.raises(ValueError, match="n_samples"):
+        model.predict(x, y, xt, n_samples=0)
+    with pytest.raises(RuntimeError, match="not fitted"):
+        CIPNP().predict(x, y, xt)
+    with pytest.raises(ConfigError, match="unknown CIPNPConfig key"):
+        CIPNP(n_inducng=4)
+    with pytest.raises(ConfigError, match="must divide"):
+        CANP(d_model=10, n_heads=4)
+    with pytest.raises(TypeError, match="sample"):
+        CIPNP().fit(object(), max_steps=1)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="max_steps"):
+        CIPNP(**TINY).fit(GPTaskSampler(min_ctx=4, max_ctx=5), max_steps=0)
+
+
+def test_numpy_and_nested_list_inputs() -> None:
+    model = _tiny(CANP)
+    xs = np.linspace(-1, 1, 8)
+    a = model.predict(xs, np.sin(xs), [0.0, 0.5])
+    b = model.predict(torch.tensor(xs, dtype=torch.float32)[:, None], torch.sin(torch.tensor(xs)).float()[:, None],
+                      torch.tensor([[0.0], [0.5]]))
+    torch.testing.assert_close(a.mean, b.mean)
+
+
+def test_short_training_improves_the_likelihood() -> None:
+    # one fixed kernel: enough structure to learn in 100 steps on one core
+    sampler = GPTaskSampler(
+        min_ctx=8, max_ctx=16, lengthscale_range=(0.5, 0.5), scale_range=(1.0, 1.0), random_state=0
+    )
+    eval_set = sampler.eval_set(4, 8, seed=1)
+    options = {"d_model": 32, "n_heads": 4}
+    untrained = CIPNP(random_state=0, **options).fit(sampler, max_steps=1, batch_size=8)
+    trained = CIPNP(random_state=0, **options).fit(sampler, max_steps=100, batch_size=8, learning_rate=2e-3)
+    assert trained.evaluate(eval_set) > untrained.evaluate(eval_set) + 0.15  # observed: +0.31
+    assert trained.history_.loss[-1] < trained.history_.loss[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cls", MODELS, ids=lambda c: c.__name__)
+def test_every_model_learns_gp_regression(cls) -> None:
+    sampler = GPTaskSampler(min_ctx=16, max_ctx=32, random_state=0)
+    eval_set = sampler.eval_set(8, 16, seed=1)
+    model = cls(random_state=0, d_model=32, n_heads=4).fit(sampler, max_steps=600, learning_rate=1e-3)
+    # a zero-mean predictor with std 0.6 scores about -0.9 per point; learning gives far more
+    assert model.evaluate(eval_set) > 0.0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_gpu_matches_cpu(batch, tmp_path) -> None:
+    cpu = _tiny(CIPNP)
+    cpu.save(tmp_path / "m")
+    gpu = CIPNP.load(tmp_path / "m", device="cuda")
+    a = cpu.predict(batch.context_x, batch.context_y, batch.target_x)
+    b = gpu.predict(batch.context_x.cuda(), batch.context_y.cuda(), batch.target_x.cuda())
+    assert b.mean.device.type == "cuda"
+    torch.testing.assert_close(a.mean, b.mean.cpu(), atol=1e-4, rtol=1e-4)
+    GPTaskSampler(min_ctx=8, max_ctx=9, device="cuda")
+    trained = CIPNP(device="cuda", **TINY).fit(GPTaskSampler(min_ctx=8, max_ctx=9, device="cuda"), max_steps=2)
+    assert next(trained.module_.parameters()).device.type == "cuda"
