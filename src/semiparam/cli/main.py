@@ -186,8 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--quiet", action="store_true", help="no progress bar")
         p.add_argument("--na-values", help="extra strings read as missing, comma-separated (e.g. '?,NULL')")
         if training:
-            p.add_argument("--model", default="npt", help="table model: npt (spin once installed)")
-            p.add_argument("--preset", default="cpu", help="cpu | small | base")
+            p.add_argument("--model", default="npt", help="table model: npt | spin")
+            p.add_argument("--preset", default="cpu", help="cpu | small | base (spin also: spin16 | spin64)")
             p.add_argument("--config", help="TOML file with [model] and [train] tables")
             p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override a setting")
             p.add_argument("--categorical", help="columns to treat as categorical, comma-separated")

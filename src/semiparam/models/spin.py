@@ -288,6 +288,8 @@ class SPIN(nn.Module):
     def forward_queries(self, values: Tensor, hidden: Tensor, state: Tensor) -> ColumnOutputs:
         """Predict query rows ``(b, d)`` from an encoding ``state`` (see :meth:`encode_context`);
         cost independent of how many rows were encoded."""
+        # the encoding may come from a copy of the model in another dtype (saved, or float64)
+        state = state.to(self.inducing_points.device, self.inducing_points.dtype)
         return self._predict(self._embed(values, hidden), state)
 
     def state_to_tensors(self, state: Tensor) -> dict[str, Tensor]:
@@ -304,7 +306,8 @@ class SPIN(nn.Module):
         if tuple(points.shape) != expected:
             raise ValueError(f"inducing_points has shape {tuple(points.shape)}, this model expects {expected}")
         h, f, e = points.shape
-        return points.reshape(1, h, f * e).to(self.inducing_points.device, self.inducing_points.dtype)
+        # keep the saved dtype: a float64 encoding must stay float64 for float64 prediction
+        return points.reshape(1, h, f * e).to(self.inducing_points.device)
 
     @torch.no_grad()
     def attention_to_inducing_points(self, values: Tensor, hidden: Tensor, state: Tensor) -> Tensor:
@@ -313,6 +316,7 @@ class SPIN(nn.Module):
         b, d = values.shape
         d_emb = self._embed(values, hidden)
         q = self.predictor.query_heads(d_emb.reshape(1, b, -1))  # (1, heads, b, w / heads)
+        state = state.to(self.inducing_points.device, self.inducing_points.dtype)
         k, _ = self.predictor.context_kv(state)  # (1, heads, h, w / heads)
         scores = torch.matmul(q, k.transpose(-1, -2)) * self.predictor.attention.scale
         return torch.softmax(scores, dim=-1).mean(dim=1)[0]  # (b, h)
