@@ -203,6 +203,27 @@ def phase_window(
     return out
 
 
+def unphased_heterozygotes(alleles: np.ndarray, phased: np.ndarray) -> np.ndarray:
+    """``(n_sites, n_samples)`` bool: observed heterozygous calls written unphased (``0/1``)."""
+    a, b = alleles[..., 0], alleles[..., 1]
+    return (a >= 0) & (b >= 0) & (a != b) & ~phased
+
+
+def check_phased(
+    alleles: np.ndarray, phased: np.ndarray, sites: VariantSites, samples: list[str] | None = None
+) -> None:
+    """Raise a ValueError naming the first unphased heterozygous call, if there is one."""
+    bad = unphased_heterozygotes(alleles, phased)
+    if bad.any():
+        i, k = np.argwhere(bad)[0]
+        who = samples[k] if samples is not None else f"#{k}"
+        raise ValueError(
+            f"{int(bad.sum())} unphased heterozygous target genotype(s) at typed sites, e.g. sample {who} "
+            f"at {sites.label(i)}; phase the targets first (Beagle, SHAPEIT, Eagle) or use "
+            "unphased='match' (--unphased match)"
+        )
+
+
 class GenotypeImputer:
     """Impute untyped sites from a phased reference panel (see the module docstring).
 
@@ -475,14 +496,9 @@ class GenotypeImputer:
         if phased.shape != alleles.shape[:2]:
             raise ValueError(f"phased has shape {phased.shape}, expected {alleles.shape[:2]}")
         alleles = np.where(self.typed_[:, None, None], alleles, -1).astype(np.int8)  # inputs only
-        unphased_het = (alleles[..., 0] >= 0) & (alleles[..., 1] >= 0) & (alleles[..., 0] != alleles[..., 1]) & ~phased
-        if unphased_het.any() and self.unphased == "error":
-            i, k = np.argwhere(unphased_het)[0]
-            raise ValueError(
-                f"{int(unphased_het.sum())} unphased heterozygous target genotype(s) at typed sites, e.g. "
-                f"sample #{k} at {self.sites_.label(i)}; phase the targets first (Beagle, SHAPEIT, Eagle) "
-                "or use unphased='match' (--unphased match)"
-            )
+        unphased_het = unphased_heterozygotes(alleles, phased)
+        if self.unphased == "error":
+            check_phased(alleles, phased, self.sites_)
         haps = alleles.reshape(n_sites, 2 * n_samples)
         total = np.zeros((n_sites, 2 * n_samples), dtype=np.float64)
         weight = np.zeros(n_sites, dtype=np.float64)
@@ -680,4 +696,4 @@ def _pearson_r2(y: np.ndarray, p: np.ndarray) -> float:
     return float(r * r) if math.isfinite(r) else 0.0
 
 
-__all__ = ["GenotypeImputer", "PRESETS", "genomics_configs", "phase_window"]
+__all__ = ["GenotypeImputer", "PRESETS", "check_phased", "genomics_configs", "phase_window", "unphased_heterozygotes"]

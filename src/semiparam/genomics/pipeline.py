@@ -39,7 +39,7 @@ from ..data.vcf import (
     read_vcf,
     write_imputed_vcf,
 )
-from .imputer import GenotypeImputer
+from .imputer import GenotypeImputer, check_phased
 from .metrics import dosage_r2_estimate
 
 
@@ -226,6 +226,9 @@ def impute_vcf(
     if model_dir is None:
         assert panel is not None
         imp = imputer if imputer is not None else GenotypeImputer(**imputer_params)
+    if imp.unphased == "error":  # fail before training, not after
+        check_phased(aligned.alleles, aligned.phased, panel_sites, aligned.samples)
+    if model_dir is None:
         imp.log = imp.log or log
         say(f"training {imp.model} ({imp.mode}, preset {imp.preset}) ...")
         imp.fit(panel, aligned.typed)

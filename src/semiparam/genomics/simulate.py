@@ -31,8 +31,8 @@ def simulate_haplotypes(
     """``(positions (n_sites,) int64, haplotypes (n_sites, n_haplotypes) uint8)``.
 
     ``switch_rate``: expected founder switches per haplotype over ``length_bp``. Sites whose MAF in
-    the sample is at most ``min_maf`` are redrawn from the founders' frequencies until none is left
-    (up to a few tries), so tests can ask for polymorphic panels.
+    the sample is at most ``min_maf`` get new founder alleles (up to ten tries), so tests can ask
+    for polymorphic panels.
     """
     if n_haplotypes < 1 or n_sites < 1 or n_founders < 1:
         raise ValueError(
@@ -51,15 +51,17 @@ def simulate_haplotypes(
     # carry the last drawn founder forward between jumps
     last_jump = np.maximum.accumulate(np.where(jumps, np.arange(n_sites)[None, :], 0), axis=1)
     source = np.take_along_axis(draws, last_jump, axis=1)  # (n_hap, n_sites)
-    haplotypes = founders[source, np.arange(n_sites)[None, :]]
-    flips = rng.random(haplotypes.shape) < mutation
-    haplotypes = (haplotypes ^ flips).astype(np.uint8)
-    for _ in range(5):
+    columns = np.arange(n_sites)[None, :]
+    flips = rng.random((n_haplotypes, n_sites)) < mutation
+    haplotypes = (founders[source, columns] ^ flips).astype(np.uint8)  # (n_hap, n_sites)
+    for _ in range(10):  # redraw the founders' alleles at sites left too rare, keeping the copying
         f = haplotypes.mean(axis=0)
         low = np.flatnonzero(np.minimum(f, 1 - f) <= min_maf)
         if len(low) == 0:
             break
-        haplotypes[:, low] = (rng.random((n_haplotypes, len(low))) < freq[low]).astype(np.uint8)
+        new_freq = rng.uniform(min(0.5, max(2 * min_maf, 0.05)), 0.5, size=len(low))
+        founders[:, low] = (rng.random((n_founders, len(low))) < new_freq).astype(np.uint8)
+        haplotypes[:, low] = founders[source[:, low], low[None, :]] ^ flips[:, low]
     return positions, np.ascontiguousarray(haplotypes.T)
 
 

@@ -1,0 +1,202 @@
+"""GenotypeImputer and the VCF-to-VCF pipeline on small simulated panels."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from semiparam._config import ConfigError
+from semiparam.genomics import (
+    GenotypeImputer,
+    evaluate_imputation,
+    minor_allele_frequency,
+    simulate_panel,
+    split_samples,
+)
+from semiparam.models.registry import model_names
+
+TINY = {"n_inputs": 10, "window_targets": 20, "overlap": 5, "kmer": 5}
+TINY_MODEL = {"npt": {"d_embedding": 4, "n_heads": 1}, "spin": {"d_embedding": 4, "n_heads": 1}}
+
+
+@pytest.fixture(scope="module")
+def split() -> dict[str, object]:
+    panel = simulate_panel(70, 120, seed=5, min_maf=0.03)
+    ref_names, test_names = split_samples(panel.samples, 10, seed=0)
+    rng = np.random.default_rng(0)
+    typed = np.zeros(panel.n_sites, dtype=bool)
+    typed[np.sort(rng.choice(panel.n_sites, 30, replace=False))] = True
+    return {
+        "panel": panel,
+        "ref": panel.subset_samples(ref_names),
+        "test": panel.subset_samples(test_names),
+        "typed": typed,
+    }
+
+
+def _query(split: dict[str, object]) -> np.ndarray:
+    test, typed = split["test"], split["typed"]
+    return np.where(typed[:, None], test.haplotypes.astype(np.int8), -1)  # type: ignore[union-attr,index]
+
+
+def _dosage_r2(split: dict[str, object], probs: np.ndarray) -> float:
+    typed = split["typed"]
+    ev = ~typed  # type: ignore[operator]
+    truth = split["test"].haplotypes[ev]  # type: ignore[union-attr]
+    maf = minor_allele_frequency(split["ref"].haplotypes)[ev]  # type: ignore[union-attr]
+    n = int(ev.sum())
+    return float(evaluate_imputation(truth.reshape(n, -1, 2), probs[ev].reshape(n, -1, 2), maf)["r2_dosage"])
+
+
+def test_knn_imputes_far_better_than_allele_frequency(split: dict[str, object]) -> None:
+    imp = GenotypeImputer("knn", **TINY).fit(split["ref"], split["typed"])  # type: ignore[arg-type]
+    probs = imp.impute_haplotypes(_query(split))
+    assert probs.shape == split["test"].haplotypes.shape  # type: ignore[union-attr]
+    assert np.all((probs >= 0) & (probs <= 1))
+    typed = split["typed"]
+    np.testing.assert_array_equal(probs[typed], split["test"].haplotypes[typed])  # type: ignore[index,union-attr]
+    assert _dosage_r2(split, probs) > 0.5
+
+
+@pytest.mark.parametrize("model", ["npt", "spin"])
+@pytest.mark.parametrize("mode", ["per_window", "shared"])
+def test_table_models_train_and_impute(split: dict[str, object], model: str, mode: str) -> None:
+    if model not in model_names():
+        pytest.skip(f"{model} is not registered")
+    imp = GenotypeImputer(
+        model, mode=mode, max_steps=4, model_options=TINY_MODEL[model], random_state=1, **TINY
+    ).fit(split["ref"], split["typed"])  # type: ignore[arg-type]
+    assert len(imp.learners_) == (len(imp.windows_) if mode == "per_window" else 1)
+    probs = imp.impute_haplotypes(_query(split))
+    assert np.isfinite(probs).all() and np.all((probs >= 0) & (probs <= 1))
+    untyped = ~split["typed"]  # type: ignore[operator]
+    assert probs[untyped].std() > 0  # not a constant answer
+
+
+def test_missing_typed_genotypes_are_filled(split: dict[str, object]) -> None:
+    imp = GenotypeImputer("knn", **TINY).fit(split["ref"], split["typed"])  # type: ignore[arg-type]
+    query = _query(split)
+    typed_idx = np.flatnonzero(split["typed"])  # type: ignore[arg-type]
+    query[typed_idx[3], 0] = -1
+    probs = imp.impute_haplotypes(query)
+    assert 0.0 <= probs[typed_idx[3], 0] <= 1.0
+    assert probs[typed_idx[3], 1] == query[typed_idx[3], 1]
+
+
+def test_unphased_targets_error_or_phase(split: dict[str, object]) -> None:
+    test = split["test"]
+    alleles = np.where(split["typed"][:, None, None], test.as_genotypes().alleles, -1)  # type: ignore[index,union-attr]
+    phased = np.zeros(alleles.shape[:2], dtype=bool)
+    imp = GenotypeImputer("knn", **TINY).fit(split["ref"], split["typed"])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unphased heterozygous"):
+        imp.impute(alleles, phased)
+    imp.unphased = "match"
+    probs = imp.impute(alleles, phased)
+    dose = probs.sum(-1)
+    typed = split["typed"]
+    np.testing.assert_array_equal(dose[typed], alleles[typed].sum(-1))  # type: ignore[index]
+    ev = ~typed  # type: ignore[operator]
+    true_dose = test.as_genotypes().alleles[ev].sum(-1)  # type: ignore[union-attr]
+    assert np.corrcoef(true_dose.ravel(), dose[ev].ravel())[0, 1] ** 2 > 0.4
+
+
+def test_bad_parameters_raise(split: dict[str, object]) -> None:
+    with pytest.raises(ConfigError, match="unknown model"):
+        GenotypeImputer("nope").fit(split["ref"], split["typed"])  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="mode"):
+        GenotypeImputer("knn", mode="both").fit(split["ref"], split["typed"])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="typed has shape"):
+        GenotypeImputer("knn").fit(split["ref"], np.ones(3, dtype=bool))  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="not fitted"):
+        GenotypeImputer("knn").impute(np.zeros((3, 1, 2), dtype=np.int8))
+
+
+def test_save_load_predicts_the_same(split: dict[str, object], tmp_path: Path) -> None:
+    model = "spin" if "spin" in model_names() else "npt"
+    imp = GenotypeImputer(
+        model, max_steps=3, model_options=TINY_MODEL[model], **TINY
+    ).fit(split["ref"], split["typed"])  # type: ignore[arg-type]
+    query = _query(split)
+    before = imp.impute_haplotypes(query)
+    imp.save(tmp_path / "imp")
+    loaded = GenotypeImputer.load(tmp_path / "imp")
+    np.testing.assert_allclose(loaded.impute_haplotypes(query), before, atol=1e-5)
+
+
+# -- VCF to VCF --------------------------------------------------------------------------------
+cyvcf2 = pytest.importorskip("cyvcf2")
+
+
+@pytest.fixture(scope="module")
+def vcf_files(tmp_path_factory: pytest.TempPathFactory, split: dict[str, object]) -> dict[str, Path]:
+    from semiparam.data.vcf import write_genotypes_vcf
+
+    root = tmp_path_factory.mktemp("vcf")
+    typed = split["typed"]
+    write_genotypes_vcf(root / "ref.vcf.gz", split["ref"].as_genotypes())  # type: ignore[union-attr]
+    test = split["test"].as_genotypes()  # type: ignore[union-attr]
+    write_genotypes_vcf(root / "target.vcf.gz", test.subset_sites(np.flatnonzero(typed)))  # type: ignore[arg-type]
+    write_genotypes_vcf(root / "truth.vcf.gz", test)
+    panel = split["panel"]
+    positions = panel.sites.pos[typed]  # type: ignore[union-attr,index]
+    (root / "array.txt").write_text("".join(f"20\t{p}\n" for p in positions[::2]))
+    return {k: root / f"{k}.vcf.gz" for k in ("ref", "target", "truth")} | {"array": root / "array.txt"}
+
+
+def test_cli_imputes_a_vcf(vcf_files: dict[str, Path], tmp_path: Path, split: dict[str, object]) -> None:
+    from semiparam.cli.main import main
+
+    out = tmp_path / "imputed.vcf.gz"
+    code = main([
+        "impute-vcf", "--ref", str(vcf_files["ref"]), "--target", str(vcf_files["target"]), "--out", str(out),
+        "--model", "knn", "--n-inputs", "10", "--window-targets", "20", "--overlap", "5", "--quiet",
+    ])
+    assert code == 0 and out.exists()
+    records = list(cyvcf2.VCF(str(out)))
+    panel = split["panel"]
+    assert len(records) == panel.n_sites  # type: ignore[union-attr]
+    assert {"GT", "DS", "GP"} <= set(records[0].FORMAT)
+    typed = split["typed"]
+    assert [r.INFO.get("IMP") is None for r in records] == typed.tolist()  # type: ignore[union-attr]
+    summary = (tmp_path / "imputed.vcf.gz.summary.json").read_text()
+    assert '"n_typed": 30' in summary
+    if shutil.which("bcftools"):
+        stats = subprocess.run(["bcftools", "stats", str(out)], capture_output=True, text=True, check=True).stdout
+        assert f"number of records:\t{panel.n_sites}" in stats  # type: ignore[union-attr]
+
+
+def test_array_sites_file_restricts_the_inputs(vcf_files: dict[str, Path], tmp_path: Path) -> None:
+    from semiparam.genomics import impute_vcf
+
+    summary = impute_vcf(
+        vcf_files["ref"], vcf_files["truth"], tmp_path / "o.vcf.gz", array_sites=vcf_files["array"],
+        model="knn", index=False, **TINY,
+    )
+    assert summary["n_typed"] == 15  # every other array site
+    assert summary["alignment"]["n_not_on_array"] == 120 - 15
+
+
+def test_cli_reports_bad_input(vcf_files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from semiparam.cli.main import main
+
+    code = main(["impute-vcf", "--ref", str(tmp_path / "missing.vcf.gz"), "--target", str(vcf_files["target"]),
+                 "--out", str(tmp_path / "o.vcf.gz"), "--quiet"])
+    assert code == 2 and "no such VCF file" in capsys.readouterr().err
+    unphased = tmp_path / "unphased.vcf"
+    text = cyvcf2_text(vcf_files["target"]).replace("|", "/")
+    unphased.write_text(text)
+    code = main(["impute-vcf", "--ref", str(vcf_files["ref"]), "--target", str(unphased), "--out",
+                 str(tmp_path / "o.vcf.gz"), "--model", "knn", "--quiet", "--n-inputs", "10", "--window-targets", "20",
+                 "--overlap", "5"])
+    assert code == 2 and "--unphased match" in capsys.readouterr().err
+
+
+def cyvcf2_text(path: Path) -> str:
+    import gzip
+
+    with gzip.open(path, "rt") as handle:
+        return handle.read()
