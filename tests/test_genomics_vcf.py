@@ -150,7 +150,7 @@ def test_imputed_vcf_fields(tmp_path: Path) -> None:
     typed = np.array([True, False, False, True, False])
     out = write_imputed_vcf(
         tmp_path / "imp.vcf.gz", panel.sites, panel.samples, probs, typed=typed, phased=True,
-        dr2=np.linspace(0, 1, 5),
+        dr2=np.linspace(0, 1, 5), ap=True,
     )
     import cyvcf2
 
@@ -162,6 +162,8 @@ def test_imputed_vcf_fields(tmp_path: Path) -> None:
     gp = np.stack([r.format("GP") for r in records])
     np.testing.assert_allclose(gp.sum(-1), 1.0, atol=3e-3)
     assert [r.INFO.get("IMP") is not None for r in records] == (~typed).tolist()
+    ap = np.stack([np.concatenate([r.format("AP1"), r.format("AP2")], axis=1) for r in records])
+    np.testing.assert_allclose(ap, probs, atol=1e-3)
     assert records[0].gt_phases.all()
     if shutil.which("bcftools"):
         shown = subprocess.run(

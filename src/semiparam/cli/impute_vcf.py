@@ -48,6 +48,7 @@ def add_impute_vcf_parser(sub: argparse._SubParsersAction) -> None:  # type: ign
     p.add_argument("--model-dir", help="use a saved imputer instead of training (then --ref is not needed)")
     p.add_argument("--summary", help="write the run summary as JSON here (default: <out>.summary.json)")
     p.add_argument("--no-index", action="store_true", help="do not write a .tbi index")
+    p.add_argument("--ap", action="store_true", help="also write per-haplotype ALT probabilities (FORMAT AP1, AP2)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quiet", action="store_true", help="no progress output")
@@ -81,6 +82,7 @@ def cmd_impute_vcf(args: argparse.Namespace) -> int:
             model_dir=args.model_dir,
             save_model=args.save_model,
             index=not args.no_index,
+            ap=args.ap,
             log=log,
             model=args.model,
             mode=args.mode.replace("-", "_"),

@@ -509,6 +509,10 @@ IMPUTED_FORMAT_LINES = (
     '##FORMAT=<ID=DS,Number=A,Type=Float,Description="Estimated ALT dose [P(RA) + 2*P(AA)]">',
     '##FORMAT=<ID=GP,Number=G,Type=Float,Description="Estimated genotype probabilities P(RR),P(RA),P(AA)">',
 )
+AP_FORMAT_LINES = (
+    '##FORMAT=<ID=AP1,Number=A,Type=Float,Description="Estimated ALT probability of the first haplotype">',
+    '##FORMAT=<ID=AP2,Number=A,Type=Float,Description="Estimated ALT probability of the second haplotype">',
+)
 
 
 def write_imputed_vcf(
@@ -523,18 +527,20 @@ def write_imputed_vcf(
     contig_lines: Sequence[str] = (),
     source: str = "semiparam",
     decimals: int = 3,
+    ap: bool = False,
 ) -> Path:
     """Write imputed genotypes: ``hap_alt_prob (n_sites, n_samples, 2)`` is each haplotype's ALT
     probability. Per sample: GT (``a|b`` from each haplotype's most likely allele when ``phased``,
     else ``a/b`` from the most likely genotype), DS and GP (the two haplotypes independent);
-    per site INFO AF, DR2 and the IMP flag where ``typed`` (n_sites,) is False."""
+    per site INFO AF, DR2 and the IMP flag where ``typed`` (n_sites,) is False. ``ap`` adds AP1 and
+    AP2, each haplotype's ALT probability (as Beagle's ``ap=true``)."""
     n_sites, n_samples = len(sites), len(samples)
     if hap_alt_prob.shape != (n_sites, n_samples, 2):
         raise ValueError(f"hap_alt_prob has shape {hap_alt_prob.shape}, expected ({n_sites}, {n_samples}, 2)")
-    header = _header(
-        samples, sites.contigs(), contig_lines, IMPUTED_INFO_LINES, IMPUTED_FORMAT_LINES, [f"##source={source}"]
-    )
+    format_lines = IMPUTED_FORMAT_LINES + (AP_FORMAT_LINES if ap else ())
+    header = _header(samples, sites.contigs(), contig_lines, IMPUTED_INFO_LINES, format_lines, [f"##source={source}"])
     fmt = f"{{:.{decimals}f}}"
+    fields = "GT:DS:GP:AP1:AP2" if ap else "GT:DS:GP"
     with VCFWriter(path, header) as writer:
         for i in range(n_sites):
             p = np.clip(hap_alt_prob[i].astype(np.float64), 0.0, 1.0)  # (n_samples, 2)
@@ -548,15 +554,19 @@ def write_imputed_vcf(
                 gt = [("0/0", "0/1", "1/1")[g] for g in gp.argmax(axis=1).tolist()]
             ds_text = np.char.mod(f"%.{decimals}f", ds)
             gp_text = np.char.mod(f"%.{decimals}f", gp)
-            calls = "\t".join(
+            calls_list = [
                 f"{g}:{d}:{r},{h},{v}"
                 for g, d, r, h, v in zip(gt, ds_text, gp_text[:, 0], gp_text[:, 1], gp_text[:, 2])
-            )
+            ]
+            if ap:
+                a_text, b_text = np.char.mod(f"%.{decimals}f", a), np.char.mod(f"%.{decimals}f", b)
+                calls_list = [f"{c}:{x}:{y}" for c, x, y in zip(calls_list, a_text, b_text)]
+            calls = "\t".join(calls_list)
             af = float(p.mean())
             info = f"AF={fmt.format(af)};DR2={fmt.format(float(dr2[i]))}" + ("" if typed[i] else ";IMP")
             writer.write_line(
                 f"{sites.chrom[i]}\t{sites.pos[i]}\t{sites.id[i]}\t{sites.ref[i]}\t{sites.alt[i]}\t.\tPASS\t"
-                f"{info}\tGT:DS:GP\t{calls}"
+                f"{info}\t{fields}\t{calls}"
             )
     return Path(path)
 

@@ -176,6 +176,7 @@ def impute_vcf(
     model_dir: str | Path | None = None,
     save_model: str | Path | None = None,
     index: bool = True,
+    ap: bool = False,
     log: Callable[[str], None] | None = None,
     **imputer_params: Any,
 ) -> dict[str, Any]:
@@ -185,7 +186,8 @@ def impute_vcf(
     panel). ``region``: ``chrom:start-end`` read from both files (needs indexes). ``imputer``: an
     unfitted :class:`GenotypeImputer` to fit (default: one built from ``imputer_params``).
     ``model_dir``: load a saved imputer instead of fitting (``reference`` may then be None).
-    ``save_model``: save the fitted imputer there. Returns a summary dict.
+    ``save_model``: save the fitted imputer there. ``ap``: also write each haplotype's ALT
+    probability (FORMAT AP1, AP2). Returns a summary dict.
     """
     say = log or (lambda message: None)
     start = time.perf_counter()
@@ -256,6 +258,7 @@ def impute_vcf(
         dr2=dr2,
         contig_lines=contig_lines,
         source=f"semiparam impute-vcf model={imp.model} mode={imp.mode}",
+        ap=ap,
     )
     index_path = None
     if index and out.name.endswith(".gz"):
