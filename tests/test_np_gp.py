@@ -57,13 +57,20 @@ def test_ragged_sizes_are_padded_with_masks() -> None:
         task = batch.task(i)
         assert task["context_x"].shape == (k, 1)
     rebuilt = TaskBatch.from_tasks([batch.task(i) for i in range(16)])
-    assert torch.equal(rebuilt.context_y, batch.context_y) and torch.equal(rebuilt.target_mask, batch.target_mask)
+    assert torch.equal(rebuilt.context_y, batch.context_y) and torch.equal(
+        rebuilt.target_mask, batch.target_mask
+    )
 
 
 def test_rbf_draws_have_the_kernel_covariance() -> None:
     # one context and one target point per task: E[y_c y_t] = k(x_c, x_t), Var y = s^2 + noise^2
     sampler = GPTaskSampler(
-        min_ctx=1, max_ctx=1, min_tgt=1, max_tgt=1, lengthscale_range=(0.5, 0.5), scale_range=(0.8, 0.8),
+        min_ctx=1,
+        max_ctx=1,
+        min_tgt=1,
+        max_tgt=1,
+        lengthscale_range=(0.5, 0.5),
+        scale_range=(0.8, 0.8),
         random_state=0,
     )
     batch = sampler.sample(20000)
@@ -140,7 +147,9 @@ def test_gp_log_likelihood_matches_the_gaussian_conditional_and_ignores_padding(
         x = torch.cat([task["context_x"], task["target_x"]]).double()[None]  # (1, m + n, 1)
         y = torch.cat([task["context_y"], task["target_y"]]).double()[:, 0]
         m = task["context_x"].shape[0]
-        cov = kernel_matrix("rbf", x, x, params)[0] + (0.02**2 + 1e-8) * torch.eye(x.shape[1], dtype=torch.float64)
+        cov = kernel_matrix("rbf", x, x, params)[0] + (0.02**2 + 1e-8) * torch.eye(
+            x.shape[1], dtype=torch.float64
+        )
         for j in range(task["target_x"].shape[0]):
             # marginal of (context, target j) conditioned on the context, by the Schur complement
             idx = list(range(m)) + [m + j]

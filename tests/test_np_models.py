@@ -43,7 +43,10 @@ def batch():
 
 def test_fit_resolves_inducing_points_from_min_ctx() -> None:
     assert _tiny(CIPNP).config_.n_inducing == 4  # floor(min_ctx / 2), the paper's h
-    assert CIPNP(n_inducing=3, **TINY).fit(GPTaskSampler(min_ctx=8, max_ctx=9), max_steps=1).config_.n_inducing == 3
+    assert (
+        CIPNP(n_inducing=3, **TINY).fit(GPTaskSampler(min_ctx=8, max_ctx=9), max_steps=1).config_.n_inducing
+        == 3
+    )
     inducing = _tiny(IPNP).module_.cross_path.set_encoder.inducing
     assert inducing.shape == (1, 4, 16)
 
@@ -58,7 +61,9 @@ def test_output_shapes_single_task_and_batch(model, batch) -> None:
         assert pred.samples is None
         assert (pred.std >= 0.1).all()  # sigma = 0.1 + 0.9 softplus
     task = batch.task(1)
-    one = model.predict(task["context_x"][:, 0].numpy(), task["context_y"][:, 0].numpy(), task["target_x"], n_samples=5)
+    one = model.predict(
+        task["context_x"][:, 0].numpy(), task["context_y"][:, 0].numpy(), task["target_x"], n_samples=5
+    )
     assert one.mean.shape == (6, 1)
     ll = model.log_likelihood(task["context_x"], task["context_y"], task["target_x"], task["target_y"])
     assert ll.shape == (6,) and torch.isfinite(ll).all()
@@ -75,7 +80,9 @@ def test_context_permutation_invariance(model, batch) -> None:
     torch.testing.assert_close(a.mean, b.mean, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(a.std, b.std, atol=1e-5, rtol=1e-5)
     la = model.log_likelihood(batch.context_x, batch.context_y, batch.target_x, batch.target_y)
-    lb = model.log_likelihood(batch.context_x[:, perm], batch.context_y[:, perm], batch.target_x, batch.target_y)
+    lb = model.log_likelihood(
+        batch.context_x[:, perm], batch.context_y[:, perm], batch.target_x, batch.target_y
+    )
     torch.testing.assert_close(la, lb, atol=1e-5, rtol=1e-5)
 
 
@@ -95,10 +102,17 @@ def test_padding_does_not_change_predictions(model) -> None:
     cx[~ragged.context_mask] = 1e3
     cy[~ragged.context_mask] = math.nan
     padded = model.log_likelihood(
-        cx, cy, ragged.target_x, ragged.target_y, context_mask=ragged.context_mask, target_mask=ragged.target_mask
+        cx,
+        cy,
+        ragged.target_x,
+        ragged.target_y,
+        context_mask=ragged.context_mask,
+        target_mask=ragged.target_mask,
     )
     assert torch.isnan(padded[~ragged.target_mask]).all()
-    pred = model.predict(cx, cy, ragged.target_x, context_mask=ragged.context_mask, target_mask=ragged.target_mask)
+    pred = model.predict(
+        cx, cy, ragged.target_x, context_mask=ragged.context_mask, target_mask=ragged.target_mask
+    )
     lists = [ragged.task(i) for i in range(4)]
     from_lists = model.predict(
         [t["context_x"] for t in lists], [t["context_y"] for t in lists], [t["target_x"] for t in lists]
@@ -119,8 +133,12 @@ def test_latent_padding_with_shared_draws() -> None:
     sampler = GPTaskSampler(min_ctx=3, max_ctx=12, min_tgt=2, max_tgt=7, shared_sizes=False, random_state=2)
     ragged = sampler.sample(3)
     padded = model.predict(
-        ragged.context_x, ragged.context_y, ragged.target_x,
-        context_mask=ragged.context_mask, target_mask=ragged.target_mask, n_samples=3,
+        ragged.context_x,
+        ragged.context_y,
+        ragged.target_x,
+        context_mask=ragged.context_mask,
+        target_mask=ragged.target_mask,
+        n_samples=3,
     )
     module = model.module_
     for i in range(3):
@@ -237,12 +255,16 @@ def test_bad_input_gives_clear_errors() -> None:
         model.predict(torch.zeros(0, 1), torch.zeros(0, 1), xt)
     with pytest.raises(ValueError, match=r"task\(s\) \[1\] have an empty context"):
         model.predict(
-            torch.rand(2, 5, 1), torch.rand(2, 5, 1), torch.rand(2, 3, 1),
+            torch.rand(2, 5, 1),
+            torch.rand(2, 5, 1),
+            torch.rand(2, 3, 1),
             context_mask=torch.tensor([[True] * 5, [False] * 5]),
         )
     y_nan = y.clone()
     y_nan[3] = math.nan
-    with pytest.raises(ValueError, match=r"context_y has 1 point\(s\) with NaN or inf values \(first: task 0, point 3\)"):
+    with pytest.raises(
+        ValueError, match=r"context_y has 1 point\(s\) with NaN or inf values \(first: task 0, point 3\)"
+    ):
         model.predict(x, y_nan, xt)
     with pytest.raises(ValueError, match="target_x has 1 point"):
         model.predict(x, y, torch.tensor([[0.1], [math.inf]]))
@@ -274,8 +296,11 @@ def test_numpy_and_nested_list_inputs() -> None:
     model = _tiny(CANP)
     xs = np.linspace(-1, 1, 8)
     a = model.predict(xs, np.sin(xs), [0.0, 0.5])
-    b = model.predict(torch.tensor(xs, dtype=torch.float32)[:, None], torch.sin(torch.tensor(xs)).float()[:, None],
-                      torch.tensor([[0.0], [0.5]]))
+    b = model.predict(
+        torch.tensor(xs, dtype=torch.float32)[:, None],
+        torch.sin(torch.tensor(xs)).float()[:, None],
+        torch.tensor([[0.0], [0.5]]),
+    )
     torch.testing.assert_close(a.mean, b.mean)
 
 
@@ -312,5 +337,7 @@ def test_gpu_matches_cpu(batch, tmp_path) -> None:
     assert b.mean.device.type == "cuda"
     torch.testing.assert_close(a.mean, b.mean.cpu(), atol=1e-4, rtol=1e-4)
     GPTaskSampler(min_ctx=8, max_ctx=9, device="cuda")
-    trained = CIPNP(device="cuda", **TINY).fit(GPTaskSampler(min_ctx=8, max_ctx=9, device="cuda"), max_steps=2)
+    trained = CIPNP(device="cuda", **TINY).fit(
+        GPTaskSampler(min_ctx=8, max_ctx=9, device="cuda"), max_steps=2
+    )
     assert next(trained.module_.parameters()).device.type == "cuda"
