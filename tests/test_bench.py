@@ -108,6 +108,9 @@ def test_metrics_match_their_definitions() -> None:
     assert out["accuracy"] == pytest.approx(2 / 3)
     assert out["auroc"] == pytest.approx(1.0)
     assert out["nll"] == pytest.approx(-(math.log(0.9) + math.log(0.8) + math.log(0.4)) / 3)
+    two_class = np.array([[1.0, 0.0], [0.0, 1.0], [0.5, 0.5]])
+    unseen = score_predictions("multiclass", np.array([0, 1, 2]), two_class, [0, 1])
+    assert unseen["accuracy"] == pytest.approx(2 / 3) and unseen["nll"] > 10  # class 2: no mass
     with pytest.raises(ValueError, match="expected \\(3, 3\\)"):
         score_predictions("multiclass", np.array([0, 1, 2]), proba, [0, 1, 2])
     assert mean_se([1.0, 3.0]) == (2.0, 1.0) and mean_se([2.0]) == (2.0, None)

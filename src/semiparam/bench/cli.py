@@ -14,8 +14,6 @@ Results go to ``--out`` (default ``benchmarks/results`` when run from the reposi
 from __future__ import annotations
 
 import argparse
-import shlex
-import sys
 from pathlib import Path
 
 USAGE_EPILOG = __doc__.split("\n\n")[1]
@@ -86,11 +84,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         compute=not args.report_only,
     )
     json_path = write_results(results, out / f"{plan.stem}.json")
-    command = (
-        "semiparam bench " + " ".join(shlex.quote(a) for a in sys.argv[2:])
-        if len(sys.argv) > 2
-        else f"semiparam bench {args.plan}"
-    )
+    command = f"semiparam bench {args.plan}" + (f" --threads {args.threads}" if args.threads else "")
     title, intro = report_intro(plan.name)
     report = write_report(
         results,

@@ -173,9 +173,13 @@ def score_predictions(
     labels = list(classes)
     if proba.ndim != 2 or proba.shape != (len(y_true), len(labels)):
         raise ValueError(f"probabilities have shape {proba.shape}, expected ({len(y_true)}, {len(labels)})")
+    y = np.asarray(y_true, dtype=object)
+    unseen = sorted(set(y.astype(str).tolist()) - {str(c) for c in labels})
+    if unseen:  # a class no training row had (rare classes after row caps): it got no mass
+        labels = labels + unseen
+        proba = np.hstack([proba, np.zeros((len(proba), len(unseen)))])
     proba = np.clip(proba, 1e-15, 1.0)
     proba = proba / proba.sum(axis=1, keepdims=True)
-    y = np.asarray(y_true, dtype=object)
     predicted = np.asarray(labels, dtype=object)[proba.argmax(axis=1)]
     out = {
         "accuracy": float(accuracy_score(y.astype(str), predicted.astype(str))),

@@ -7,6 +7,7 @@ datasets and methods we ran, so the two are comparable), and wall time and peak 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -122,7 +123,22 @@ def reductions_section(results: dict[str, Any]) -> list[str]:
             "(paper: grid of 24–11,340)"
         )
         rows.append(row)
-    return ["## Reductions from the paper's protocol", "", *_table(header, rows), ""]
+    notes = [
+        f"- {name}: {meta['notes']}"
+        + (
+            " (no official test set here: the paper's fixed split falls back to 0.7/0.1/0.2)"
+            if meta["protocol"] == "holdout"
+            and (
+                paper.PAPER_SETUP.get(meta.get("paper_name") or "", {})
+                .get("protocol", "")
+                .startswith(("fixed", "official"))
+            )
+            else ""
+        )
+        for name, meta in results["datasets"].items()
+        if meta.get("notes") or meta["protocol"] == "holdout"
+    ]
+    return ["## Reductions from the paper's protocol", "", *_table(header, rows), "", *notes, ""]
 
 
 def results_section(results: dict[str, Any]) -> list[str]:
@@ -223,6 +239,40 @@ def ranks_section(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def findings_section(results: dict[str, Any]) -> list[str]:
+    """One line per dataset and library model: where it stands against the best model of this run
+    and against the paper's number, on the dataset's primary metric (computed, not hand-written)."""
+    summary = results["summary"]
+    models = _models(results)
+    lines = ["## Findings (generated from the numbers above)", ""]
+    for name, meta in results["datasets"].items():
+        metric = PRIMARY_METRIC[meta["task"]]
+        higher = HIGHER_IS_BETTER[metric]
+        entries = {m: summary[name][m][metric] for m in models if metric in summary.get(name, {}).get(m, {})}
+        if not entries:
+            continue
+        best = (max if higher else min)(entries, key=lambda m: entries[m]["mean"])
+        for model in [m for m in models if m not in BASELINES and m in entries]:
+            ours = entries[model]
+            text = f"- {name}, {model_title(model)}: {metric} {_fmt(ours['mean'], metric, ours['se'])}"
+            if model == best:
+                text += ", best of this run"
+            else:
+                ref = entries[best]
+                diff = ours["mean"] - ref["mean"]
+                se = math.sqrt((ours["se"] or 0.0) ** 2 + (ref["se"] or 0.0) ** 2)
+                scale = 100.0 if metric == "accuracy" else 1.0
+                text += f"; best is {model_title(best)} {_fmt(ref['mean'], metric, ref['se'])}"
+                text += f" (difference {diff * scale:+.3g}" + (
+                    f", {abs(diff) / se:.1f} s.e.)" if se > 0 else ")"
+                )
+            entry = paper.paper_value(metric, meta.get("paper_name") or "", paper_method(model) or "")
+            if entry:
+                text += f"; paper {_fmt_paper(metric, meta.get('paper_name'), model)}"
+            lines.append(text)
+    return lines + [""]
+
+
 def plots(results: dict[str, Any], out_dir: str | Path, stem: str) -> list[Path]:
     """Bar charts of the primary metric per dataset (paper values as markers) and a time/score
     scatter. Needs matplotlib (the ``bench`` extra); returns [] without it."""
@@ -251,21 +301,21 @@ def plots(results: dict[str, Any], out_dir: str | Path, stem: str) -> list[Path]
         means = [summary[name][m][metric]["mean"] * scale for m in shown]
         ses = [(summary[name][m][metric]["se"] or 0.0) * scale for m in shown]
         x = np.arange(len(shown))
-        colors = ["tab:red" if m not in BASELINES else "tab:blue" for m in shown]
-        ax.bar(x, means, yerr=ses, color=colors, alpha=0.8, capsize=2)
-        for i, m in enumerate(shown):
+        for i, m in enumerate(shown):  # points, not bars: metric axes do not start at zero
+            color = "tab:blue" if m in BASELINES else "tab:red"
+            ax.errorbar(i, means[i], yerr=ses[i], fmt="o", color=color, capsize=3, markersize=5)
             entry = paper.paper_value(metric, meta.get("paper_name") or "", paper_method(m) or "")
             if entry:
-                ax.plot(i, entry[0], marker="_", color="black", markersize=14, mew=2)
+                ax.plot(i, entry[0], marker="_", color="black", markersize=16, mew=2)
         ax.set_xticks(x, [model_title(m) for m in shown], rotation=60, ha="right", fontsize=7)
+        ax.set_xlim(-0.6, len(shown) - 0.4)
+        ax.grid(axis="y", alpha=0.3)
         ax.set_title(f"{name} ({metric}{' ↑' if HIGHER_IS_BETTER[metric] else ' ↓'})", fontsize=9)
-        if means:
-            lo, hi = min(means), max(means)
-            pad = (hi - lo) * 0.3 + 1e-3
-            ax.set_ylim(max(0.0, lo - pad) if HIGHER_IS_BETTER[metric] else 0.0, hi + pad)
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
-    fig.suptitle("Test metric per dataset (bars: this run ± s.e.; black ticks: paper)", fontsize=10)
+    fig.suptitle(
+        "Test metric per dataset: this run, mean ± s.e. (red: library models); black bars: paper", fontsize=10
+    )
     fig.tight_layout()
     path = out / f"{stem}_metrics.png"
     fig.savefig(path, dpi=110)
@@ -291,6 +341,20 @@ def plots(results: dict[str, Any], out_dir: str | Path, stem: str) -> list[Path]
     return written
 
 
+def _compute_text(results: dict[str, Any]) -> str:
+    ok = [r for r in results["records"] if r.get("status") == "ok"]
+    total = sum(r["seconds"] for r in ok) / 60
+    text = f"{len(ok)} (model, fold) runs, {total:.1f} min of wall time in all"
+    stamps = sorted(r["finished_at"] for r in ok if r.get("finished_at"))
+    if stamps:
+        text += f", finished between {stamps[0]} and {stamps[-1]}"
+    loads = [r["load_average"][0] for r in ok if r.get("load_average")]
+    if loads:
+        cores = results["machine"].get("cpu_count")
+        text += f"; 1-minute load average {min(loads):.1f}-{max(loads):.1f} on {cores} cores"
+    return text
+
+
 def machine_section(results: dict[str, Any], command: str | None) -> list[str]:
     m = results["machine"]
     versions = ", ".join(f"{k} {v}" for k, v in m.get("versions", {}).items() if v)
@@ -300,13 +364,10 @@ def machine_section(results: dict[str, Any], command: str | None) -> list[str]:
     lines += [
         f"- machine: {m.get('cpu')}, {m.get('cpu_count')} cores, {m.get('memory_gb')} GB RAM, "
         f"{m.get('platform')}",
-        f"- shared with other users: load average at start {m.get('load_average_at_start')}; timings are "
-        "wall-clock on a busy machine, one thread per model (torch threads "
-        f"{results['plan'].get('threads')}), so compare them within this report only",
+        "- shared with other users: timings are wall-clock on a busy machine, one thread per model "
+        f"(torch threads {results['plan'].get('threads')}), so compare them within this report only",
         f"- versions: {versions}",
-        f"- started {results['started']}, wall time of this invocation "
-        f"{results['wall_seconds'] / 60:.1f} min, "
-        f"seed {results['plan']['seed']}",
+        f"- compute: {_compute_text(results)}; seed {results['plan']['seed']}",
         "- peak memory: resident-set high-water mark of the process during each (model, fold), reset "
         'before each one; "above start" subtracts what the process held before (data, libraries)',
     ]
@@ -339,7 +400,9 @@ def write_report(
     lines += machine_section(results, command)
     lines += reductions_section(results)
     lines += results_section(results)
-    if len(results["datasets"]) > 1:
+    lines += findings_section(results)
+    tasks = [meta["task"] for meta in results["datasets"].values()]
+    if any(tasks.count(t) > 1 for t in set(tasks)):  # ranks over a single dataset say nothing
         lines += ranks_section(results)
     if with_plots:
         written = plots(results, path.parent, path.stem)

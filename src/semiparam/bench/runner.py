@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -101,7 +102,9 @@ def _jsonable(value: Any) -> Any:
 def _record_fingerprint(plan: SuitePlan, dplan: DatasetPlan, model: str) -> str:
     """What a (dataset, model) result depends on: its dataset plan, the model's settings and the
     seed. Results whose fingerprint matches are reused, so models can be run in separate calls."""
-    setting: dict[str, Any] = {"dataset": dataclasses.asdict(dplan), "model": model, "seed": plan.seed}
+    dataset = dataclasses.asdict(dplan)
+    dataset.pop("folds")  # how many folds run does not change any one fold's result
+    setting: dict[str, Any] = {"dataset": dataset, "model": model, "seed": plan.seed}
     if model not in BASELINES:
         setting["table"] = dataclasses.asdict(_table_spec(plan, dplan, model))
         setting["dataset"].pop("table")
@@ -257,6 +260,8 @@ def run_suite(
                         f"[bench]   {dplan.name} fold {fold.index} {model_title(model)}: "
                         f"FAILED {type(err).__name__}: {err}"
                     )
+                record["finished_at"] = time.strftime("%Y-%m-%d %H:%M:%S")
+                record["load_average"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
                 record = _jsonable(record)
                 with jsonl.open("a") as fh:
                     fh.write(json.dumps(record) + "\n")
