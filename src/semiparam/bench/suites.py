@@ -91,8 +91,9 @@ def uci() -> SuitePlan:
             "datasets) instead of the paper's 2,000-2,000,000. The machine was shared with 4-6 other "
             "busy processes during the run (this run's process got 15-40% of one core), which is why "
             "the budgets are this small. TabNet (in the paper's tables) is not run. On the large "
-            "datasets the models see 1,000 training rows where the paper's saw 17,000-9,000,000, so their numbers "
-            "are far from the paper's by construction: compare the models with each other."
+            "datasets the models see 1,000 training rows where the paper's saw 17,000-9,000,000, so "
+            "their numbers are far from the paper's by construction: compare the models with each "
+            "other."
         ),
     )
 
