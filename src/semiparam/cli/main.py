@@ -76,24 +76,27 @@ def _split_list(text: str | None) -> list[str] | None:
     return [t.strip() for t in text.split(",") if t.strip()] if text else None
 
 
+def _training_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """Estimator arguments shared by the training commands (fit, impute)."""
+    model_options, train_options = load_settings(args.config, args.set or [])
+    return {
+        "model": args.model,
+        "preset": args.preset,
+        "categorical_features": _split_list(args.categorical),
+        "model_options": model_options or None,
+        "train_options": train_options or None,
+        "device": args.device,
+        "random_state": args.seed,
+        "verbose": None if not args.quiet else False,
+    }
+
+
 def cmd_fit(args: argparse.Namespace) -> int:
     from ..estimators.tabular import TablePredictor
 
     frame = read_table(args.data, _split_list(args.na_values))
-    model_options, train_options = load_settings(args.config, args.set or [])
     targets = _split_list(args.target) or []
-    predictor = TablePredictor(
-        targets=targets,
-        preset=args.preset,
-        model=args.model,
-        loss=args.loss,
-        categorical_features=_split_list(args.categorical),
-        model_options=model_options or None,
-        train_options=train_options or None,
-        device=args.device,
-        random_state=args.seed,
-        verbose=None if not args.quiet else False,
-    )
+    predictor = TablePredictor(targets=targets, loss=args.loss, **_training_kwargs(args))
     start = time.perf_counter()
     predictor.fit(frame)
     seconds = time.perf_counter() - start
@@ -127,7 +130,9 @@ def cmd_fit(args: argparse.Namespace) -> int:
     }
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
     predictor.save(out / "model")
-    best = f", best validation loss {history.best_val_loss:.4f} at step {history.best_step}" if history.best_val_loss is not None else ""
+    best = ""
+    if history.best_val_loss is not None:
+        best = f", best validation loss {history.best_val_loss:.4f} at step {history.best_step}"
     print(f"fitted {args.model} on {len(frame)} rows in {seconds:.1f}s{best}; run written to {out}")
     return 0
 
@@ -152,17 +157,7 @@ def cmd_impute(args: argparse.Namespace) -> int:
     from ..estimators.imputer import TableImputer
 
     frame = read_table(args.data, _split_list(args.na_values))
-    model_options, train_options = load_settings(args.config, args.set or [])
-    imputer = TableImputer(
-        model=args.model,
-        preset=args.preset,
-        categorical_features=_split_list(args.categorical),
-        model_options=model_options or None,
-        train_options=train_options or None,
-        device=args.device,
-        random_state=args.seed,
-        verbose=None if not args.quiet else False,
-    )
+    imputer = TableImputer(**_training_kwargs(args))
     n_missing = int(frame.isna().sum().sum())
     filled = imputer.fit_transform(frame)
     write_table(filled, args.out)
