@@ -16,7 +16,9 @@ from semiparam.estimators import SPINClassifier as SPINClassifierFromEstimators
 TINY_SPIN = {"d_embedding": 8, "n_heads": 2, "n_layers": 1, "dropout": 0.0}
 # lr 1e-2 and no feature loss so that 60 steps reach the checks' training-accuracy bar (0.83)
 TINY = dict(max_steps=60, learning_rate=1e-2, p_feature=0.0, model_options=TINY_SPIN, random_state=0)
-FAST = dict(max_steps=30, learning_rate=1e-2, model_options=TINY_SPIN, random_state=0, validation_fraction=0.0)
+FAST = dict(
+    max_steps=30, learning_rate=1e-2, model_options=TINY_SPIN, random_state=0, validation_fraction=0.0
+)
 
 
 @pytest.mark.slow  # about 5 minutes on two busy cores: every check fits several models
@@ -87,7 +89,9 @@ def test_learns_and_is_row_equivariant():
     clf = SPINClassifier(max_steps=80, learning_rate=3e-3, model_options=TINY_SPIN, random_state=0).fit(X, y)
     assert (clf.predict(X_test) == y_test).mean() > 0.8
     perm = np.random.default_rng(2).permutation(100)
-    np.testing.assert_allclose(clf.predict_proba(X_test.iloc[perm]), clf.predict_proba(X_test)[perm], atol=1e-9)
+    np.testing.assert_allclose(
+        clf.predict_proba(X_test.iloc[perm]), clf.predict_proba(X_test)[perm], atol=1e-9
+    )
     # a row's prediction does not depend on the other rows it is predicted with
     np.testing.assert_allclose(clf.predict_proba(X_test.iloc[:1]), clf.predict_proba(X_test)[:1], atol=1e-9)
 
@@ -123,7 +127,9 @@ def test_chunked_encoding_path_equals_one_pass():
     module = learner.inference_module() if hasattr(learner, "inference_module") else learner.module.eval()
     module = module.to(torch.float64)
     with torch.no_grad():
-        direct = module(values.masked_fill(missing, 0.0), missing, is_query=is_query).continuous[is_query, -1, 0]  # the target: last continuous column
+        direct = module(values.masked_fill(missing, 0.0), missing, is_query=is_query).continuous[
+            is_query, -1, 0
+        ]  # the target: last continuous column
     direct = learner.encoder.decode_continuous("__target__", direct.numpy())
     np.testing.assert_allclose(a, direct, rtol=1e-7, atol=1e-7)
 
@@ -188,8 +194,14 @@ def test_imputer_with_spin():
     holes = frame.copy()
     holes.loc[::5, "b"] = np.nan
     holes.loc[1::7, "c"] = None
-    imputer = TableImputer(model="spin", max_steps=120, learning_rate=3e-3, p_feature=0.3,
-                           model_options=TINY_SPIN, random_state=0)
+    imputer = TableImputer(
+        model="spin",
+        max_steps=120,
+        learning_rate=3e-3,
+        p_feature=0.3,
+        model_options=TINY_SPIN,
+        random_state=0,
+    )
     filled = imputer.fit_transform(holes)
     assert imputer.learner_.model_name == "spin" and imputer.learner_.context is None
     assert not filled.isna().any().any()
@@ -203,14 +215,47 @@ def test_cli_fit_and_predict_with_spin(tmp_path, capsys):
     data = tmp_path / "train.csv"
     X.assign(label=y).to_csv(data, index=False)
     run = tmp_path / "run"
-    code = cli_main(["fit", str(data), "--target", "label", "--model", "spin", "--quiet", "--out", str(run),
-                     "--set", "train.max_steps=5", "--set", "model.d_embedding=8", "--set", "model.n_heads=2"])
+    code = cli_main(
+        [
+            "fit",
+            str(data),
+            "--target",
+            "label",
+            "--model",
+            "spin",
+            "--quiet",
+            "--out",
+            str(run),
+            "--set",
+            "train.max_steps=5",
+            "--set",
+            "model.d_embedding=8",
+            "--set",
+            "model.n_heads=2",
+        ]
+    )
     assert code == 0
     assert (run / "model" / "context.safetensors").exists()
     config = (run / "config.json").read_text()
     assert '"model": "spin"' in config and '"n_inducing_points": 10' in config
     assert cli_main(["predict", str(run), str(data), "--out", str(tmp_path / "pred.csv")]) == 0
     assert len(pd.read_csv(tmp_path / "pred.csv")) == 60
-    assert cli_main(["fit", str(data), "--target", "label", "--model", "spin", "--quiet", "--preset", "huge",
-                     "--out", str(tmp_path / "bad")]) == 2
+    assert (
+        cli_main(
+            [
+                "fit",
+                str(data),
+                "--target",
+                "label",
+                "--model",
+                "spin",
+                "--quiet",
+                "--preset",
+                "huge",
+                "--out",
+                str(tmp_path / "bad"),
+            ]
+        )
+        == 2
+    )
     assert "unknown SPIN preset" in capsys.readouterr().err

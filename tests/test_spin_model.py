@@ -73,8 +73,10 @@ def test_row_permutation_equivariance():
     _close(out.rows(perm), model(values[perm], hidden[perm]))
     # the encoding is a set function of the rows
     torch.testing.assert_close(
-        model.encode_context(values, hidden), model.encode_context(values[perm], hidden[perm]),
-        atol=1e-6, rtol=1e-5,
+        model.encode_context(values, hidden),
+        model.encode_context(values[perm], hidden[perm]),
+        atol=1e-6,
+        rtol=1e-5,
     )
 
 
@@ -257,9 +259,11 @@ def test_chunk_masking_hides_whole_rows():
     assert torch.equal(batch.hidden[:, targets], scored)  # scored targets hidden, the rest visible
     token = MaskingPolicy(p_feature=0.0, p_target=0.3, randomize_fraction=0.0)
     kwargs["generator"] = torch.Generator().manual_seed(0)
-    per_row_token = mask_for_training(
-        values, torch.zeros(n, d, dtype=torch.bool), policy=token, **kwargs
-    ).score_target[:, targets].sum(1)
+    per_row_token = (
+        mask_for_training(values, torch.zeros(n, d, dtype=torch.bool), policy=token, **kwargs)
+        .score_target[:, targets]
+        .sum(1)
+    )
     assert {1, 2} & set(per_row_token.tolist())  # token masking splits rows
 
 
@@ -269,8 +273,9 @@ def test_trainer_anneals_lambda_from_half_and_learns():
     layout = ColumnLayout(("continuous", "continuous", "categorical"), (0, 0, 2))
     model = SPIN(SPINConfig(d_embedding=8, n_heads=2, n_layers=1, dropout=0.0), layout)
     config = TrainConfig.preset("cpu", model="spin").replace(max_steps=80, learning_rate=3e-3)
-    trainer = Trainer(model, layout, torch.tensor([False, False, True]), config,
-                      generator=torch.Generator().manual_seed(0))
+    trainer = Trainer(
+        model, layout, torch.tensor([False, False, True]), config, generator=torch.Generator().manual_seed(0)
+    )
     assert trainer.tradeoff(0) == 0.5
     assert math.isclose(trainer.tradeoff(40), 0.25, abs_tol=1e-9)
     assert trainer.tradeoff(80) < 1e-12

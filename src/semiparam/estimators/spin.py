@@ -36,10 +36,14 @@ def _doc(title: str, base_doc: str | None) -> str:
 
 
 class SPINClassifier(TableClassifier):
-    __doc__ = _doc("Semi-Parametric Inducing Point Network classifier (Rastogi et al. 2023).", TableClassifier.__doc__)
+    __doc__ = _doc(
+        "Semi-Parametric Inducing Point Network classifier (Rastogi et al. 2023).", TableClassifier.__doc__
+    )
     _model_name = "spin"
 
 
 class SPINRegressor(TableRegressor):
-    __doc__ = _doc("Semi-Parametric Inducing Point Network regressor (Rastogi et al. 2023).", TableRegressor.__doc__)
+    __doc__ = _doc(
+        "Semi-Parametric Inducing Point Network regressor (Rastogi et al. 2023).", TableRegressor.__doc__
+    )
     _model_name = "spin"

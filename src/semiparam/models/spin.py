@@ -30,7 +30,7 @@ Memory is O(chunk) and the result equals the one-pass encoding up to float round
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -56,10 +56,14 @@ class SPINConfig(FrozenConfig):
     # attention path on the CPU, so the CPU preset turns it off (as NPTConfig does).
     attention_dropout: float = 0.0
     attention_scale: Literal["full", "per_head"] = "full"  # paper: 1/sqrt(query width)
-    normalize_kv: bool = True  # K, V from LN(keys); False = the reference code (raw keys)
+    # NOTE[DIFF]: K, V from LN(keys) as everywhere in this library; False = the SPIN reference code,
+    # which normalises only the queries (spec 1.2)
+    normalize_kv: bool = True
     use_xaba: bool = True  # False = the "- XABA" ablation: H_A stays the projected D
     use_abla: bool = True  # self-attention between latent attributes after each XABD
-    embedding_layer_norm: bool = True  # LayerNorm on each cell embedding (SPIN code, spec 1.3)
+    # LayerNorm on each cell embedding (SPIN code, spec 1.3). NOTE[DIFF]: applied after the
+    # embedding's dropout (ColumnEmbedding owns it), the code normalises before dropout
+    embedding_layer_norm: bool = True
     gaussian_head: bool = False  # NOTE[DIFF]: a mean + scale head for continuous columns (not in paper)
     # "encoded": predict from Encoder(training rows) (the paper, section 3.1); "learned": from the
     # learned initial H_D, which is what the reference code does by default (spec 2.3 (a)).
@@ -71,9 +75,7 @@ class SPINConfig(FrozenConfig):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.d_embedding % self.n_heads:
-            raise ConfigError(
-                f"n_heads ({self.n_heads}) must divide d_embedding ({self.d_embedding})"
-            )
+            raise ConfigError(f"n_heads ({self.n_heads}) must divide d_embedding ({self.d_embedding})")
         for name in ("dropout", "attention_dropout"):
             p = getattr(self, name)
             if not 0.0 <= p < 1.0:
@@ -91,7 +93,11 @@ class SPINConfig(FrozenConfig):
         """The paper's UCI setting for small tables (Boston, Breast Cancer, Concrete, Yacht):
         e=128, depth 8 (= 4 layers), 8 heads, h=10, f=10 (section 6.8 of the spec)."""
         return cls(
-            d_embedding=128, n_layers=4, n_heads=8, n_inducing_points=10, n_latent_attributes=10,
+            d_embedding=128,
+            n_layers=4,
+            n_heads=8,
+            n_inducing_points=10,
+            n_latent_attributes=10,
             attention_dropout=0.1,
         )
 
@@ -100,7 +106,11 @@ class SPINConfig(FrozenConfig):
         """The paper's UCI setting for large tables (Kick, Higgs, Forest): e=64, 4 layers, 8 heads,
         h=10, f=10."""
         return cls(
-            d_embedding=64, n_layers=4, n_heads=8, n_inducing_points=10, n_latent_attributes=10,
+            d_embedding=64,
+            n_layers=4,
+            n_heads=8,
+            n_inducing_points=10,
+            n_latent_attributes=10,
             attention_dropout=0.1,
         )
 
@@ -134,7 +144,7 @@ class SPINLayer(nn.Module):
     def __init__(self, config: SPINConfig, n_latents: int, *, with_abla: bool) -> None:
         super().__init__()
         e = config.d_embedding
-        common = dict(
+        common: dict[str, Any] = dict(
             dropout=config.dropout,
             attention_dropout=config.attention_dropout,
             scale=config.attention_scale,
@@ -182,11 +192,10 @@ class SPIN(nn.Module):
         # H_A^0: Linear(d -> f) along the attribute axis, shared over channels and rows (spec 9.4)
         self.row_projection = nn.Linear(d, self.n_latents) if self.n_latents < d else None
         # H_D^0: learned inducing points, stored unfolded as (1, h, f*e), Xavier-uniform (spec 1.4)
-        self.inducing_points = nn.Parameter(
-            torch.empty(1, config.n_inducing_points, self.n_latents * e)
-        )
+        self.inducing_points = nn.Parameter(torch.empty(1, config.n_inducing_points, self.n_latents * e))
         nn.init.xavier_uniform_(self.inducing_points)
-        # ABLA after the last XABD would feed nothing (the predictor reads H_D only): not built.
+        # NOTE[DIFF]: ABLA after the last XABD would feed nothing (the predictor reads H_D only), so
+        # it is not built: same function, no dead parameters.
         self.layers = nn.ModuleList(
             SPINLayer(config, self.n_latents, with_abla=config.use_abla and i < config.n_layers - 1)
             for i in range(config.n_layers)
@@ -304,7 +313,9 @@ class SPIN(nn.Module):
         points = tensors["inducing_points"]
         expected = (self.config.n_inducing_points, self.n_latents, self.config.d_embedding)
         if tuple(points.shape) != expected:
-            raise ValueError(f"inducing_points has shape {tuple(points.shape)}, this model expects {expected}")
+            raise ValueError(
+                f"inducing_points has shape {tuple(points.shape)}, this model expects {expected}"
+            )
         h, f, e = points.shape
         # keep the saved dtype: a float64 encoding must stay float64 for float64 prediction
         return points.reshape(1, h, f * e).to(self.inducing_points.device)
