@@ -202,6 +202,8 @@ class TableRegressor(RegressorMixin, _SupervisedTableEstimator):
         y_arr = np.asarray(y.to_numpy() if isinstance(y, (pd.Series, pd.DataFrame)) else y)
         if y_arr.dtype == object:
             y_arr = pd.DataFrame(y_arr).apply(pd.to_numeric, errors="raise").to_numpy()
+        if np.iscomplexobj(y_arr):
+            raise DataValidationError("Complex data not supported: y holds complex numbers")
         y_arr = y_arr.astype(np.float64)
         self._y_ndim = y_arr.ndim
         y2 = y_arr.reshape(len(y_arr), -1)
