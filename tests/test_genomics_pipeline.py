@@ -117,9 +117,9 @@ def test_bad_parameters_raise(split: dict[str, object]) -> None:
 
 def test_save_load_predicts_the_same(split: dict[str, object], tmp_path: Path) -> None:
     model = "spin" if "spin" in model_names() else "npt"
-    imp = GenotypeImputer(
-        model, max_steps=3, model_options=TINY_MODEL[model], **TINY
-    ).fit(split["ref"], split["typed"])  # type: ignore[arg-type]
+    imp = GenotypeImputer(model, max_steps=3, model_options=TINY_MODEL[model], **TINY).fit(
+        split["ref"], split["typed"]
+    )  # type: ignore[arg-type]
     query = _query(split)
     before = imp.impute_haplotypes(query)
     imp.save(tmp_path / "imp")
@@ -151,10 +151,26 @@ def test_cli_imputes_a_vcf(vcf_files: dict[str, Path], tmp_path: Path, split: di
     from semiparam.cli.main import main
 
     out = tmp_path / "imputed.vcf.gz"
-    code = main([
-        "impute-vcf", "--ref", str(vcf_files["ref"]), "--target", str(vcf_files["target"]), "--out", str(out),
-        "--model", "knn", "--n-inputs", "10", "--window-targets", "20", "--overlap", "5", "--quiet",
-    ])
+    code = main(
+        [
+            "impute-vcf",
+            "--ref",
+            str(vcf_files["ref"]),
+            "--target",
+            str(vcf_files["target"]),
+            "--out",
+            str(out),
+            "--model",
+            "knn",
+            "--n-inputs",
+            "10",
+            "--window-targets",
+            "20",
+            "--overlap",
+            "5",
+            "--quiet",
+        ]
+    )
     assert code == 0 and out.exists()
     records = list(cyvcf2.VCF(str(out)))
     panel = split["panel"]
@@ -165,7 +181,9 @@ def test_cli_imputes_a_vcf(vcf_files: dict[str, Path], tmp_path: Path, split: di
     summary = (tmp_path / "imputed.vcf.gz.summary.json").read_text()
     assert '"n_typed": 30' in summary
     if shutil.which("bcftools"):
-        stats = subprocess.run(["bcftools", "stats", str(out)], capture_output=True, text=True, check=True).stdout
+        stats = subprocess.run(
+            ["bcftools", "stats", str(out)], capture_output=True, text=True, check=True
+        ).stdout
         assert f"number of records:\t{panel.n_sites}" in stats  # type: ignore[union-attr]
 
 
@@ -173,25 +191,59 @@ def test_array_sites_file_restricts_the_inputs(vcf_files: dict[str, Path], tmp_p
     from semiparam.genomics import impute_vcf
 
     summary = impute_vcf(
-        vcf_files["ref"], vcf_files["truth"], tmp_path / "o.vcf.gz", array_sites=vcf_files["array"],
-        model="knn", index=False, **TINY,
+        vcf_files["ref"],
+        vcf_files["truth"],
+        tmp_path / "o.vcf.gz",
+        array_sites=vcf_files["array"],
+        model="knn",
+        index=False,
+        **TINY,
     )
     assert summary["n_typed"] == 15  # every other array site
     assert summary["alignment"]["n_not_on_array"] == 120 - 15
 
 
-def test_cli_reports_bad_input(vcf_files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_reports_bad_input(
+    vcf_files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from semiparam.cli.main import main
 
-    code = main(["impute-vcf", "--ref", str(tmp_path / "missing.vcf.gz"), "--target", str(vcf_files["target"]),
-                 "--out", str(tmp_path / "o.vcf.gz"), "--quiet"])
+    code = main(
+        [
+            "impute-vcf",
+            "--ref",
+            str(tmp_path / "missing.vcf.gz"),
+            "--target",
+            str(vcf_files["target"]),
+            "--out",
+            str(tmp_path / "o.vcf.gz"),
+            "--quiet",
+        ]
+    )
     assert code == 2 and "no such VCF file" in capsys.readouterr().err
     unphased = tmp_path / "unphased.vcf"
     text = cyvcf2_text(vcf_files["target"]).replace("|", "/")
     unphased.write_text(text)
-    code = main(["impute-vcf", "--ref", str(vcf_files["ref"]), "--target", str(unphased), "--out",
-                 str(tmp_path / "o.vcf.gz"), "--model", "knn", "--quiet", "--n-inputs", "10", "--window-targets", "20",
-                 "--overlap", "5"])
+    code = main(
+        [
+            "impute-vcf",
+            "--ref",
+            str(vcf_files["ref"]),
+            "--target",
+            str(unphased),
+            "--out",
+            str(tmp_path / "o.vcf.gz"),
+            "--model",
+            "knn",
+            "--quiet",
+            "--n-inputs",
+            "10",
+            "--window-targets",
+            "20",
+            "--overlap",
+            "5",
+        ]
+    )
     assert code == 2 and "--unphased match" in capsys.readouterr().err
 
 
@@ -200,3 +252,13 @@ def cyvcf2_text(path: Path) -> str:
 
     with gzip.open(path, "rt") as handle:
         return handle.read()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["spin", "npt"])
+def test_table_models_learn_to_impute(split: dict[str, object], model: str) -> None:
+    """A few hundred steps are enough to beat the allele-frequency guess (r^2 = 0) clearly."""
+    if model not in model_names():
+        pytest.skip(f"{model} is not registered")
+    imp = GenotypeImputer(model, max_steps=200, random_state=0, **TINY).fit(split["ref"], split["typed"])  # type: ignore[arg-type]
+    assert _dosage_r2(split, imp.impute_haplotypes(_query(split))) > 0.3

@@ -56,7 +56,11 @@ def test_panel_round_trip(tmp_path: Path, suffix: str) -> None:
 def test_multiallelic_records_are_skipped_or_rejected(tmp_path: Path) -> None:
     path = write_text_vcf(
         tmp_path / "m.vcf",
-        [rec(100, "A", "G", "0|1", "1|1"), rec(200, "C", "T,G", "0|2", "1|0"), rec(300, "G", "A", "0|0", "0|1")],
+        [
+            rec(100, "A", "G", "0|1", "1|1"),
+            rec(200, "C", "T,G", "0|2", "1|0"),
+            rec(300, "G", "A", "0|0", "0|1"),
+        ],
     )
     data, report = read_vcf(path)
     assert data.n_sites == 2 and report.n_multiallelic == 1
@@ -66,7 +70,9 @@ def test_multiallelic_records_are_skipped_or_rejected(tmp_path: Path) -> None:
 
 
 def test_missing_and_unphased_genotypes(tmp_path: Path) -> None:
-    path = write_text_vcf(tmp_path / "t.vcf", [rec(100, "A", "G", "0/1", "./."), rec(200, "C", "T", "1|0", "0|.")])
+    path = write_text_vcf(
+        tmp_path / "t.vcf", [rec(100, "A", "G", "0/1", "./."), rec(200, "C", "T", "1|0", "0|.")]
+    )
     data, _ = read_vcf(path)
     np.testing.assert_array_equal(data.alleles[:, 0], [[0, 1], [1, 0]])
     np.testing.assert_array_equal(data.alleles[:, 1], [[-1, -1], [0, -1]])
@@ -82,7 +88,9 @@ def test_missing_and_unphased_genotypes(tmp_path: Path) -> None:
 
 
 def test_unsorted_haploid_and_missing_files(tmp_path: Path) -> None:
-    unsorted = write_text_vcf(tmp_path / "s.vcf", [rec(200, "A", "G", "0|1", "0|0"), rec(100, "C", "T", "0|1", "0|0")])
+    unsorted = write_text_vcf(
+        tmp_path / "s.vcf", [rec(200, "A", "G", "0|1", "0|0"), rec(100, "C", "T", "0|1", "0|0")]
+    )
     with pytest.raises(VCFError, match="not sorted"):
         read_vcf(unsorted)
     haploid = write_text_vcf(tmp_path / "x.vcf", [rec(100, "A", "G", "0", "1")])
@@ -111,7 +119,11 @@ def test_read_positions_formats(tmp_path: Path) -> None:
 def test_align_targets_flips_drops_and_counts(tmp_path: Path) -> None:
     ref = write_text_vcf(
         tmp_path / "ref.vcf",
-        [rec(100, "A", "G", "0|1", "1|1"), rec(200, "C", "T", "0|0", "0|1"), rec(300, "G", "A", "1|0", "0|0")],
+        [
+            rec(100, "A", "G", "0|1", "1|1"),
+            rec(200, "C", "T", "0|0", "0|1"),
+            rec(300, "G", "A", "1|0", "0|0"),
+        ],
     )
     target = write_text_vcf(
         tmp_path / "tgt.vcf",
@@ -149,8 +161,14 @@ def test_imputed_vcf_fields(tmp_path: Path) -> None:
     probs = np.random.default_rng(0).random((5, 3, 2)).astype(np.float32)
     typed = np.array([True, False, False, True, False])
     out = write_imputed_vcf(
-        tmp_path / "imp.vcf.gz", panel.sites, panel.samples, probs, typed=typed, phased=True,
-        dr2=np.linspace(0, 1, 5), ap=True,
+        tmp_path / "imp.vcf.gz",
+        panel.sites,
+        panel.samples,
+        probs,
+        typed=typed,
+        phased=True,
+        dr2=np.linspace(0, 1, 5),
+        ap=True,
     )
     import cyvcf2
 
@@ -168,6 +186,8 @@ def test_imputed_vcf_fields(tmp_path: Path) -> None:
     if shutil.which("bcftools"):
         shown = subprocess.run(
             ["bcftools", "query", "-f", "%POS\\t%INFO/DR2[\\t%GT]\\n", str(out)],
-            capture_output=True, text=True, check=True,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.splitlines()
         assert len(shown) == 5 and shown[-1].split("\t")[1] == "1"

@@ -103,8 +103,11 @@ def test_short_contig_is_padded() -> None:
 def test_contig_without_array_site_raises() -> None:
     with pytest.raises(ValueError, match="no typed"):
         plan_windows(
-            np.array(["1", "1"], dtype=object), np.array([1, 2]), np.array([False, False]),
-            np.array([True, True]), WindowSpec(n_inputs=5, window_targets=5, overlap=0),
+            np.array(["1", "1"], dtype=object),
+            np.array([1, 2]),
+            np.array([False, False]),
+            np.array([True, True]),
+            WindowSpec(n_inputs=5, window_targets=5, overlap=0),
         )
 
 

@@ -23,32 +23,54 @@ def add_impute_vcf_parser(sub: argparse._SubParsersAction) -> None:  # type: ign
     )
     p.add_argument("--ref", help="phased reference panel (VCF, VCF.gz or BCF)")
     p.add_argument("--target", required=True, help="target genotypes at array sites (VCF, VCF.gz or BCF)")
-    p.add_argument("--out", required=True, help="output .vcf.gz (bgzipped, indexed when bcftools/tabix exist) or .vcf")
+    p.add_argument(
+        "--out", required=True, help="output .vcf.gz (bgzipped, indexed when bcftools/tabix exist) or .vcf"
+    )
     p.add_argument(
         "--array-sites",
-        help="file of typed array positions ('chrom pos' per line, gzip ok, or a VCF); default: every target site",
+        help="typed array positions ('chrom pos' per line, gzip ok, or a VCF); default: every target site",
     )
     p.add_argument("--region", help="chrom:start-end to read from both files (needs indexes)")
-    p.add_argument("--model", default="spin", help="spin | npt | knn (nearest-haplotype baseline) | any registered model")
-    p.add_argument("--mode", default="per-window", choices=["per-window", "shared"],
-                   help="one model per window, or one meta-learned model shared by all windows")
+    p.add_argument(
+        "--model", default="spin", help="spin | npt | knn (nearest-haplotype baseline) | any registered model"
+    )
+    p.add_argument(
+        "--mode",
+        default="per-window",
+        choices=["per-window", "shared"],
+        help="one model per window, or one meta-learned model shared by all windows",
+    )
     p.add_argument("--preset", default="cpu", help="cpu | paper16 | paper64")
     p.add_argument("--steps", type=int, help="training steps (per window, or in all for --mode shared)")
     p.add_argument("--n-inputs", type=int, default=150, help="typed sites per window (default 150)")
     p.add_argument("--window-targets", type=int, default=100, help="untyped sites per window (default 100)")
-    p.add_argument("--overlap", type=int, default=20, help="untyped sites shared by consecutive windows (default 20)")
+    p.add_argument(
+        "--overlap", type=int, default=20, help="untyped sites shared by consecutive windows (default 20)"
+    )
     p.add_argument("--kmer", type=int, default=5, help="alleles per token (default 5: 32 classes)")
-    p.add_argument("--min-mac", type=int, default=1, help="model untyped sites with at least this minor allele count")
-    p.add_argument("--unphased", default="error", choices=["error", "match"],
-                   help="unphased heterozygous targets: error (default) or phase per window against the panel")
-    p.add_argument("--knn-neighbors", type=int, help="k of --model knn (default: picked on held-out haplotypes)")
+    p.add_argument(
+        "--min-mac", type=int, default=1, help="model untyped sites with at least this minor allele count"
+    )
+    p.add_argument(
+        "--unphased",
+        default="error",
+        choices=["error", "match"],
+        help="unphased heterozygous targets: error (default) or phase per window against the panel",
+    )
+    p.add_argument(
+        "--knn-neighbors", type=int, help="k of --model knn (default: picked on held-out haplotypes)"
+    )
     p.add_argument("--config", help="TOML file with [model] and [train] tables")
-    p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override a model/train setting")
+    p.add_argument(
+        "--set", action="append", metavar="SECTION.KEY=VALUE", help="override a model/train setting"
+    )
     p.add_argument("--save-model", help="save the fitted imputer to this directory")
     p.add_argument("--model-dir", help="use a saved imputer instead of training (then --ref is not needed)")
     p.add_argument("--summary", help="write the run summary as JSON here (default: <out>.summary.json)")
     p.add_argument("--no-index", action="store_true", help="do not write a .tbi index")
-    p.add_argument("--ap", action="store_true", help="also write per-haplotype ALT probabilities (FORMAT AP1, AP2)")
+    p.add_argument(
+        "--ap", action="store_true", help="also write per-haplotype ALT probabilities (FORMAT AP1, AP2)"
+    )
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quiet", action="store_true", help="no progress output")
@@ -109,6 +131,7 @@ def cmd_impute_vcf(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(
             f"imputed {summary['n_imputed']} sites for {summary['n_samples']} samples "
-            f"({summary['n_typed']} typed) with {summary['model']}; wrote {args.out}; summary in {summary_path}"
+            f"({summary['n_typed']} typed) with {summary['model']}; wrote {args.out}; "
+            f"summary in {summary_path}"
         )
     return 0

@@ -89,7 +89,9 @@ class VariantSites:
         )
 
     def subset(self, index: np.ndarray) -> VariantSites:
-        return VariantSites(self.chrom[index], self.pos[index], self.id[index], self.ref[index], self.alt[index])
+        return VariantSites(
+            self.chrom[index], self.pos[index], self.id[index], self.ref[index], self.alt[index]
+        )
 
     def keys(self) -> list[tuple[str, int, str, str]]:
         """``(chrom, pos, ref, alt)`` per site: the identity used to match files."""
@@ -143,9 +145,7 @@ class GenotypeData:
     def __post_init__(self) -> None:
         n_sites, n_samples = len(self.sites), len(self.samples)
         if self.alleles.shape != (n_sites, n_samples, 2):
-            raise ValueError(
-                f"alleles has shape {self.alleles.shape}, expected ({n_sites}, {n_samples}, 2)"
-            )
+            raise ValueError(f"alleles has shape {self.alleles.shape}, expected ({n_sites}, {n_samples}, 2)")
         if self.phased.shape != (n_sites, n_samples):
             raise ValueError(f"phased has shape {self.phased.shape}, expected ({n_sites}, {n_samples})")
 
@@ -163,7 +163,10 @@ class GenotypeData:
 
     def subset_sites(self, index: np.ndarray) -> GenotypeData:
         return GenotypeData(
-            self.sites.subset(index), list(self.samples), self.alleles[index], self.phased[index],
+            self.sites.subset(index),
+            list(self.samples),
+            self.alleles[index],
+            self.phased[index],
             list(self.contig_lines),
         )
 
@@ -213,13 +216,18 @@ class HaplotypePanel:
         return HaplotypePanel(self.sites, list(names), self.haplotypes[:, cols], list(self.contig_lines))
 
     def subset_sites(self, index: np.ndarray) -> HaplotypePanel:
-        return HaplotypePanel(self.sites.subset(index), list(self.samples), self.haplotypes[index], list(self.contig_lines))
+        return HaplotypePanel(
+            self.sites.subset(index), list(self.samples), self.haplotypes[index], list(self.contig_lines)
+        )
 
     def as_genotypes(self) -> GenotypeData:
         n_sites, n_samples = self.n_sites, len(self.samples)
         alleles = self.haplotypes.astype(np.int8).reshape(n_sites, n_samples, 2)
         return GenotypeData(
-            self.sites, list(self.samples), alleles, np.ones((n_sites, n_samples), dtype=bool),
+            self.sites,
+            list(self.samples),
+            alleles,
+            np.ones((n_sites, n_samples), dtype=bool),
             list(self.contig_lines),
         )
 
@@ -280,11 +288,15 @@ def read_vcf(
         # order check: positions ascend within a contig and a contig never comes back
         if last is not None:
             if rec.CHROM == last[0] and rec.POS < last[1]:
-                raise VCFError(f"{path} is not sorted: {where} comes after {last[0]}:{last[1]}; run `bcftools sort`")
+                raise VCFError(
+                    f"{path} is not sorted: {where} comes after {last[0]}:{last[1]}; run `bcftools sort`"
+                )
             if rec.CHROM != last[0]:
                 finished_contigs.add(last[0])
                 if rec.CHROM in finished_contigs:
-                    raise VCFError(f"{path} is not sorted: contig {rec.CHROM} appears twice; run `bcftools sort`")
+                    raise VCFError(
+                        f"{path} is not sorted: contig {rec.CHROM} appears twice; run `bcftools sort`"
+                    )
         last = (rec.CHROM, rec.POS)
         alt_alleles = rec.ALT
         if len(alt_alleles) == 0:
@@ -427,7 +439,9 @@ def _header(
     lines += list(extra_lines)
     lines += [known.get(c, f"##contig=<ID={c}>") for c in contigs]
     lines += list(info_lines) + list(format_lines)
-    lines.append("\t".join(["#CHROM", "POS", "ID", "REF", "ALT", "QUAL", "FILTER", "INFO", "FORMAT", *samples]))
+    lines.append(
+        "\t".join(["#CHROM", "POS", "ID", "REF", "ALT", "QUAL", "FILTER", "INFO", "FORMAT", *samples])
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -538,7 +552,9 @@ def write_imputed_vcf(
     if hap_alt_prob.shape != (n_sites, n_samples, 2):
         raise ValueError(f"hap_alt_prob has shape {hap_alt_prob.shape}, expected ({n_sites}, {n_samples}, 2)")
     format_lines = IMPUTED_FORMAT_LINES + (AP_FORMAT_LINES if ap else ())
-    header = _header(samples, sites.contigs(), contig_lines, IMPUTED_INFO_LINES, format_lines, [f"##source={source}"])
+    header = _header(
+        samples, sites.contigs(), contig_lines, IMPUTED_INFO_LINES, format_lines, [f"##source={source}"]
+    )
     fmt = f"{{:.{decimals}f}}"
     fields = "GT:DS:GP:AP1:AP2" if ap else "GT:DS:GP"
     with VCFWriter(path, header) as writer:

@@ -117,6 +117,8 @@ def evaluate_imputation(
         "r2_dosage": pooled_r2(dose_t, dose_p),
         "r2_dosage_by_maf": r2_by_maf(dose_t, dose_p, maf, bins),
         "r2_haplotype_by_maf": r2_by_maf(hap_t, hap_p, maf, bins),
-        "mean_per_site_r2_dosage": float(np.nanmean(per_site_r2(dose_t, dose_p))) if n_sites else float("nan"),
+        "mean_per_site_r2_dosage": float(np.nanmean(per_site_r2(dose_t, dose_p)))
+        if n_sites
+        else float("nan"),
         **genotype_concordance(dose_t, genotype_probabilities(prob)),
     }

@@ -153,7 +153,8 @@ def align_targets(
     report.n_typed = int(typed.sum())
     if report.n_typed == 0:
         raise VCFError(
-            "no target site can be used as input: " + report.summary()
+            "no target site can be used as input: "
+            + report.summary()
             + (f"; e.g. {report.examples}" if report.examples else "")
         )
     return AlignedTargets(list(target.samples), alleles, phased, typed, report)
@@ -276,7 +277,12 @@ def impute_vcf(
             "n_typed": int(aligned.typed.sum()),
             "n_imputed": int(imputed.sum()),
             "n_windows": len(imp.windows_),
-            "mean_dr2_imputed": float(dr2[imputed & imp.modelled_].mean()) if (imputed & imp.modelled_).any() else None,
+            "n_parameters": sum(p.numel() for p in imp.learners_[0].module.parameters())
+            if imp.learners_
+            else 0,
+            "mean_dr2_imputed": float(dr2[imputed & imp.modelled_].mean())
+            if (imputed & imp.modelled_).any()
+            else None,
             "phased_output": all_phased,
             "index": str(index_path) if index_path else None,
             "peak_memory_mb": peak_memory_mb(),
@@ -288,6 +294,10 @@ def impute_vcf(
         f"({summary['n_imputed']} imputed, mean DR2 {summary['mean_dr2_imputed'] or 0:.3f}) in "
         f"{timings['total_seconds']:.1f}s (fit {timings['fit_seconds']:.1f}s, impute "
         f"{timings['impute_seconds']:.1f}s); peak memory {summary['peak_memory_mb']:.0f} MiB"
-        + ("" if index_path or not out.name.endswith(".gz") or not index else "; no index (bcftools/tabix not found)")
+        + (
+            ""
+            if index_path or not out.name.endswith(".gz") or not index
+            else "; no index (bcftools/tabix not found)"
+        )
     )
     return summary

@@ -196,7 +196,9 @@ def bit_table(kmer: int) -> np.ndarray:
     return ((classes >> np.arange(kmer)[None, :]) & 1).astype(np.float64)
 
 
-def token_bit_probabilities(proba: np.ndarray, kmer: int, observed_bits: np.ndarray | None = None) -> np.ndarray:
+def token_bit_probabilities(
+    proba: np.ndarray, kmer: int, observed_bits: np.ndarray | None = None
+) -> np.ndarray:
     """Marginal ALT probability of each bit: ``proba (n_rows, n_tokens, 2**kmer)`` ->
     ``(n_rows, n_tokens * kmer)``.
 
