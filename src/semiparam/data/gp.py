@@ -51,7 +51,13 @@ def kernel_matrix(kernel: str, x1: Tensor, x2: Tensor, params: dict[str, Tensor]
     if kernel == "periodic":
         dist = (x1 - x2.transpose(1, 2)).abs_()  # (B, n1, n2); inputs are 1-D
         period = params["period"][:, None, None]
-        return torch.sin_(dist.mul_(math.pi / period)).square_().mul_(-2.0 / lengthscale**2).exp_().mul_(variance)
+        return (
+            torch.sin_(dist.mul_(math.pi / period))
+            .square_()
+            .mul_(-2.0 / lengthscale**2)
+            .exp_()
+            .mul_(variance)
+        )
     # scale the inputs first: one pass over the (B, n1, n2) matrix less (this is the sampler's hot spot)
     dist = x1 / lengthscale - (x2 / lengthscale).transpose(1, 2)  # (B, n1, n2), in lengthscales
     if kernel == "rbf":
@@ -94,7 +100,9 @@ class GPTaskSampler:
             ("min_tgt", min_tgt, "max_tgt", max_tgt),
         ):
             if not isinstance(lo, int) or not isinstance(hi, int) or lo < 1 or hi < lo:
-                raise ValueError(f"need integers 1 <= {lo_name} <= {hi_name}, got {lo_name}={lo!r}, {hi_name}={hi!r}")
+                raise ValueError(
+                    f"need integers 1 <= {lo_name} <= {hi_name}, got {lo_name}={lo!r}, {hi_name}={hi!r}"
+                )
         if noise_std < 0 or not math.isfinite(noise_std):
             raise ValueError(f"noise_std must be a finite number >= 0, got {noise_std!r}")
         lengthscale_range = lengthscale_range or _DEFAULT_LENGTHSCALES[kernel]
@@ -199,8 +207,11 @@ class GPTaskSampler:
     ) -> list[TaskBatch]:
         """Draw :meth:`eval_set` and write it to ``path`` (``.safetensors`` + ``.json``)."""
         batches = self.eval_set(n_batches, batch_size, seed=seed)
-        metadata = {"sampler": "GPTaskSampler", "settings": {**self.settings(), "random_state": seed},
-                    "batch_size": batch_size}
+        metadata = {
+            "sampler": "GPTaskSampler",
+            "settings": {**self.settings(), "random_state": seed},
+            "batch_size": batch_size,
+        }
         save_task_batches(path, batches, metadata)
         return batches
 
@@ -212,7 +223,9 @@ def _from_settings(settings: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def load_eval_set(path: str | Path, *, device: str | torch.device = "cpu") -> tuple[list[TaskBatch], dict[str, Any]]:
+def load_eval_set(
+    path: str | Path, *, device: str | torch.device = "cpu"
+) -> tuple[list[TaskBatch], dict[str, Any]]:
     """Read an evaluation set written by :meth:`GPTaskSampler.save_eval_set`."""
     return load_task_batches(path, device=device)
 

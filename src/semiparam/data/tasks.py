@@ -114,7 +114,9 @@ def save_task_batches(path: str | Path, batches: Sequence[TaskBatch], metadata: 
     return path
 
 
-def load_task_batches(path: str | Path, *, device: str | torch.device = "cpu") -> tuple[list[TaskBatch], dict[str, Any]]:
+def load_task_batches(
+    path: str | Path, *, device: str | torch.device = "cpu"
+) -> tuple[list[TaskBatch], dict[str, Any]]:
     """Read what :func:`save_task_batches` wrote: the batches (in order) and the metadata."""
     path = Path(path)
     if not path.exists():

@@ -147,7 +147,8 @@ class NeuralProcessEstimator:
         """Meta-train on batches from ``sampler`` (anything with ``sample(batch_size) -> TaskBatch``,
         e.g. :class:`~semiparam.np.GPTaskSampler`). ``max_steps`` and ``train_options`` override
         fields of ``train_config`` (:class:`NPTrainConfig`: batch_size, learning_rate, ...).
-        ``callback(step, loss)`` runs after each step; returning True stops early. Returns self."""
+        ``callback(step, loss)`` runs after each step (the model in training can be scored from it,
+        e.g. with :meth:`evaluate`); returning True stops early. Returns self."""
         if not callable(getattr(sampler, "sample", None)):
             raise TypeError(f"sampler must have a sample(batch_size) method, got {type(sampler).__name__}")
         overrides = dict(train_options)
@@ -167,17 +168,32 @@ class NeuralProcessEstimator:
             if not isinstance(batch, TaskBatch):
                 raise TypeError(f"sampler.sample() must return a TaskBatch, got {type(batch).__name__}")
             tasks = self._validate(
-                batch.context_x, batch.context_y, batch.target_x, batch.target_y,
-                batch.context_mask, batch.target_mask,
+                batch.context_x,
+                batch.context_y,
+                batch.target_x,
+                batch.target_y,
+                batch.context_mask,
+                batch.target_mask,
             )
-            return (tasks.context_x, tasks.context_y, tasks.context_mask,
-                    tasks.target_x, tasks.target_y, tasks.target_mask)
+            return (
+                tasks.context_x,
+                tasks.context_y,
+                tasks.context_mask,
+                tasks.target_x,
+                tasks.target_y,
+                tasks.target_mask,
+            )
 
-        history = train_neural_process(
-            module, draw_batch, config, generator=self._generator(seed + 1), callback=callback
-        )
-        self.module_, self.config_, self.train_config_ = module, model_config, config
-        self.history_, self.seed_ = history, seed
+        # fitted state is set before training, so a callback can score the model in progress
+        self.module_, self.config_, self.train_config_, self.seed_ = module, model_config, config, seed
+        self.history_ = None
+        try:
+            self.history_ = train_neural_process(
+                module, draw_batch, config, generator=self._generator(seed + 1), callback=callback
+            )
+        except BaseException:
+            self.module_ = None  # a failed fit leaves no half-trained model behind
+            raise
         return self
 
     # -- prediction ---------------------------------------------------------------------------------
@@ -204,8 +220,12 @@ class NeuralProcessEstimator:
         tasks = self._validate(context_x, context_y, target_x, None, context_mask, target_mask)
         _check_samples(n_samples)
         mean, std, samples = module.predict(
-            tasks.context_x, tasks.context_y, tasks.context_mask, tasks.target_x,
-            n_samples=n_samples, generator=self._generator(random_state),
+            tasks.context_x,
+            tasks.context_y,
+            tasks.context_mask,
+            tasks.target_x,
+            n_samples=n_samples,
+            generator=self._generator(random_state),
         )
         if tasks.target_mask is not None:
             pad = ~tasks.target_mask[..., None]  # (B, n, 1)
@@ -237,8 +257,13 @@ class NeuralProcessEstimator:
         _check_samples(n_samples)
         assert tasks.target_y is not None
         ll = module.target_log_likelihood(
-            tasks.context_x, tasks.context_y, tasks.context_mask, tasks.target_x, tasks.target_y,
-            n_samples=n_samples, generator=self._generator(random_state),
+            tasks.context_x,
+            tasks.context_y,
+            tasks.context_mask,
+            tasks.target_x,
+            tasks.target_y,
+            n_samples=n_samples,
+            generator=self._generator(random_state),
         )  # (B, n)
         if tasks.target_mask is not None:
             ll = ll.masked_fill(~tasks.target_mask, math.nan)
@@ -250,11 +275,17 @@ class NeuralProcessEstimator:
         scores = []
         for i, batch in enumerate(batches):
             ll = self.log_likelihood(
-                batch.context_x, batch.context_y, batch.target_x, batch.target_y,
-                context_mask=batch.context_mask, target_mask=batch.target_mask,
-                n_samples=n_samples, random_state=random_state + i,
+                batch.context_x,
+                batch.context_y,
+                batch.target_x,
+                batch.target_y,
+                context_mask=batch.context_mask,
+                target_mask=batch.target_mask,
+                n_samples=n_samples,
+                random_state=random_state + i,
             )
-            scores.append(float(ll[~ll.isnan()].mean()))
+            mask = batch.target_mask.to(ll.device)
+            scores.append(float(ll[mask].mean()))  # a NaN from the model itself stays visible
         if not scores:
             raise ValueError("evaluate() got no batches")
         return float(np.mean(scores))
@@ -286,9 +317,7 @@ class NeuralProcessEstimator:
         if len(set(n_tasks.values())) != 1:
             raise ValueError(f"inputs disagree on the number of tasks: {n_tasks}")
         if cx.shape[1] != cy.shape[1]:
-            raise ValueError(
-                f"context_x has {cx.shape[1]} points per task but context_y has {cy.shape[1]}"
-            )
+            raise ValueError(f"context_x has {cx.shape[1]} points per task but context_y has {cy.shape[1]}")
         if ty is not None and tx.shape[1] != ty.shape[1]:
             raise ValueError(f"target_x has {tx.shape[1]} points per task but target_y has {ty.shape[1]}")
         if cx.shape[1] == 0:
@@ -302,7 +331,10 @@ class NeuralProcessEstimator:
             if empty:
                 raise ValueError(f"task(s) {empty[:10]} have an empty context (context_mask all False)")
         for name, values, mask in (
-            ("context_x", cx, cmask), ("context_y", cy, cmask), ("target_x", tx, tmask), ("target_y", ty, tmask)
+            ("context_x", cx, cmask),
+            ("context_y", cy, cmask),
+            ("target_x", tx, tmask),
+            ("target_y", ty, tmask),
         ):
             if values is None:
                 continue
@@ -383,7 +415,10 @@ class NeuralProcessEstimator:
 
     def __repr__(self) -> str:
         fitted = "fitted" if self.module_ is not None else "not fitted"
-        return f"{type(self).__name__}({self.config!r}, random_state={self.random_state}, device='{self.device}', {fitted})"
+        return (
+            f"{type(self).__name__}({self.config!r}, random_state={self.random_state},"
+            f" device='{self.device}', {fitted})"
+        )
 
 
 class CIPNP(NeuralProcessEstimator):
@@ -456,7 +491,9 @@ def _as_batch(name: str, value: ArrayLike, dim: int) -> tuple[Tensor, Tensor | N
         items = [_to_tensor(f"{name}[{i}]", v) for i, v in enumerate(value)]
         for i, t in enumerate(items):
             if t.ndim not in (1, 2):
-                raise ValueError(f"{name}[{i}] must be (k,) or (k, dim) for one task, got shape {tuple(t.shape)}")
+                raise ValueError(
+                    f"{name}[{i}] must be (k,) or (k, dim) for one task, got shape {tuple(t.shape)}"
+                )
         items = [t[:, None] if t.ndim == 1 else t for t in items]  # (k_i,) -> (k_i, 1)
         for t in items:
             _check_dim(name, t, dim)
@@ -472,7 +509,8 @@ def _as_batch(name: str, value: ArrayLike, dim: int) -> tuple[Tensor, Tensor | N
         _check_dim(name, tensor, dim)
         return tensor, None, False
     raise ValueError(
-        f"{name} must be (k,) or (k, dim) for one task or (B, k, dim) for a batch, got shape {tuple(tensor.shape)}"
+        f"{name} must be (k,) or (k, dim) for one task or (B, k, dim) for a batch,"
+        f" got shape {tuple(tensor.shape)}"
     )
 
 

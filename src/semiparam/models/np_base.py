@@ -263,7 +263,11 @@ class NeuralProcess(nn.Module):
     """
 
     def __init__(
-        self, config: NPConfig, cross_path: CrossAttentionPath, pooling_path: PoolingPath, d_latent: int | None
+        self,
+        config: NPConfig,
+        cross_path: CrossAttentionPath,
+        pooling_path: PoolingPath,
+        d_latent: int | None,
     ) -> None:
         super().__init__()
         self.config = config
@@ -288,7 +292,9 @@ class NeuralProcess(nn.Module):
             return EncodedContext(cross, prior=self.latent_distribution(context_x, context_y, context_mask))
         return EncodedContext(cross, summary=self.pooling_path(context_x, context_y, context_mask))
 
-    def decode(self, context: EncodedContext, target_x: Tensor, z: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def decode(
+        self, context: EncodedContext, target_x: Tensor, z: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         """Predictive mean and std ``(B, n, y_dim)``; for a latent model ``z (S, B, d_z)`` gives
         ``(S, B, n, y_dim)``."""
         r = self.cross_path(context.cross, target_x)  # (B, n, w)
@@ -385,7 +391,9 @@ class NeuralProcess(nn.Module):
             if target_mask is not None
             else torch.full(target_y.shape[:1], float(target_y.shape[1]), device=target_y.device)
         )  # (B,)
-        weight = target_mask.to(target_y.dtype) if target_mask is not None else torch.ones_like(target_y[..., 0])
+        weight = (
+            target_mask.to(target_y.dtype) if target_mask is not None else torch.ones_like(target_y[..., 0])
+        )
         context = self.encode(context_x, context_y, context_mask)
         if not self.is_latent:
             mean, std = self.decode(context, target_x)
