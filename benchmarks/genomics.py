@@ -220,10 +220,18 @@ def run_method(panel: str, method: str, steps: dict[str, int], quick: bool) -> d
         ]
     log_path = d / f"out_{method}.log"
     start = time.perf_counter()
+    peak_kb = 0
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
-        # wait4 gives this child's own resource usage (Beagle's script execs java: same process)
-        _, status, usage = os.wait4(proc.pid, 0)
+        # Peak memory: the child's VmHWM (high-water RSS of its own address space; Beagle's script
+        # execs java in the same process). wait4's ru_maxrss would also count the RSS this parent
+        # had when it forked the child. CPU time comes from wait4.
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            peak_kb = max(peak_kb, _vm_hwm_kb(proc.pid))
+            time.sleep(0.05)
     seconds = time.perf_counter() - start
     returncode = os.waitstatus_to_exitcode(status)
     proc.returncode = returncode  # reaped by wait4; tell Popen
@@ -232,7 +240,7 @@ def run_method(panel: str, method: str, steps: dict[str, int], quick: bool) -> d
         "command": " ".join(str(c) for c in cmd).replace(str(ROOT.parent) + "/", ""),
         "wall_seconds": seconds,
         "cpu_seconds": usage.ru_utime + usage.ru_stime,
-        "peak_rss_mb": usage.ru_maxrss / 1024,
+        "peak_rss_mb": peak_kb / 1024 if peak_kb else None,
     }
     if returncode != 0:
         result["error"] = log_path.read_text()[-2000:]
@@ -245,6 +253,17 @@ def run_method(panel: str, method: str, steps: dict[str, int], quick: bool) -> d
         result["n_parameters"] = s.get("n_parameters")
     result.update(evaluate(panel, out_vcf))
     return result
+
+
+def _vm_hwm_kb(pid: int) -> int:
+    """Peak resident set size (kB) of a running process, from /proc (0 when unavailable)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def evaluate(panel: str, out_vcf: Path) -> dict[str, Any]:

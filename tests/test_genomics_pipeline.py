@@ -115,11 +115,13 @@ def test_bad_parameters_raise(split: dict[str, object]) -> None:
         GenotypeImputer("knn").impute(np.zeros((3, 1, 2), dtype=np.int8))
 
 
-def test_save_load_predicts_the_same(split: dict[str, object], tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["per_window", "shared"])
+def test_save_load_predicts_the_same(split: dict[str, object], tmp_path: Path, mode: str) -> None:
     model = "spin" if "spin" in model_names() else "npt"
-    imp = GenotypeImputer(model, max_steps=3, model_options=TINY_MODEL[model], **TINY).fit(
+    imp = GenotypeImputer(model, mode=mode, max_steps=3, model_options=TINY_MODEL[model], **TINY).fit(
         split["ref"], split["typed"]
     )  # type: ignore[arg-type]
+    imp.save(tmp_path / "fresh")  # saving right after fit works too
     query = _query(split)
     before = imp.impute_haplotypes(query)
     imp.save(tmp_path / "imp")

@@ -191,3 +191,18 @@ def test_imputed_vcf_fields(tmp_path: Path) -> None:
             check=True,
         ).stdout.splitlines()
         assert len(shown) == 5 and shown[-1].split("\t")[1] == "1"
+
+
+def test_region_needs_and_uses_an_index(tmp_path: Path) -> None:
+    from semiparam.data.vcf import index_vcf
+
+    panel = simulate_panel(3, 30, seed=2)
+    path = write_genotypes_vcf(tmp_path / "r.vcf.gz", panel.as_genotypes())
+    lo, hi = int(panel.sites.pos[10]), int(panel.sites.pos[19])
+    if index_vcf(path) is None:
+        pytest.skip("neither bcftools nor tabix is installed")
+    data, _ = read_vcf(path, region=f"20:{lo}-{hi}")
+    np.testing.assert_array_equal(data.sites.pos, panel.sites.pos[10:20])
+    (tmp_path / "r.vcf.gz.tbi").unlink()
+    with pytest.raises(VCFError, match="needs an index"):
+        read_vcf(path, region=f"20:{lo}-{hi}")

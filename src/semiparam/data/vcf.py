@@ -263,6 +263,11 @@ def read_vcf(
     """
     if multiallelic not in ("skip", "error"):
         raise ValueError(f"multiallelic must be 'skip' or 'error', got {multiallelic!r}")
+    if region is not None and not any(Path(str(path) + ext).exists() for ext in (".tbi", ".csi")):
+        raise VCFError(
+            f"reading region {region!r} needs an index of {path}: run `bcftools index -t {path}` "
+            "(or `tabix -p vcf`), or leave out the region"
+        )
     vcf = _open_vcf(path, samples)
     sample_names = list(samples) if samples is not None else list(vcf.samples)
     if not sample_names:
@@ -325,7 +330,7 @@ def read_vcf(
                 f"{path}: {where} has a non-diploid genotype (sample {sample_names[bad]}); only diploid "
                 "calls are supported (haploid chrX/chrY/MT are not)"
             )
-        blocks.append(gt)
+        blocks.append(gt.astype(np.int8))  # -1/0/1 alleles and the phase flag: int8 is enough
         chrom.append(rec.CHROM)
         pos.append(int(rec.POS))
         ids.append(rec.ID or ".")
@@ -335,12 +340,11 @@ def read_vcf(
     report.n_kept = len(pos)
     n_samples = len(sample_names)
     if blocks:
-        stacked = np.stack(blocks)  # (n_sites, n_samples, 3)
-        alleles = stacked[:, :, :2]
-        if (alleles > 1).any():  # pragma: no cover - htslib never gives index > n_alt
-            raise VCFError(f"{path}: allele index above 1 at a biallelic site")
-        alleles = np.where(alleles < 0, MISSING, alleles).astype(np.int8)
+        stacked = np.stack(blocks)  # (n_sites, n_samples, 3) int8
+        alleles = np.ascontiguousarray(stacked[:, :, :2])
+        alleles[alleles < 0] = MISSING
         phased = stacked[:, :, 2].astype(bool)
+        del stacked
     else:
         alleles = np.zeros((0, n_samples, 2), dtype=np.int8)
         phased = np.zeros((0, n_samples), dtype=bool)

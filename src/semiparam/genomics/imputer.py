@@ -468,6 +468,9 @@ class GenotypeImputer:
             )
             learner.history = trainer.fit(next_batch)
         learner.module.eval()
+        # a context of its own (the first window), so the learner is complete and can be saved;
+        # prediction replaces it with each window's reference haplotypes
+        learner.set_context(learner.encoder.transform(self._frame(tables[0], schema.names)))
         return learner
 
     def _pick_k(self) -> int:
