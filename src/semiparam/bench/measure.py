@@ -54,6 +54,7 @@ def _reset_peak() -> bool:
 @dataclass
 class Measurement:
     seconds: float = 0.0
+    cpu_seconds: float = 0.0  # CPU time of the process (all threads): less sensitive to other users
     peak_rss_mb: float = float("nan")
     start_rss_mb: float = float("nan")
     method: str = ""
@@ -65,6 +66,7 @@ class Measurement:
     def to_dict(self) -> dict[str, Any]:
         return {
             "seconds": self.seconds,
+            "cpu_seconds": self.cpu_seconds,
             "peak_rss_mb": self.peak_rss_mb,
             "peak_above_start_mb": self.peak_above_start_mb,
             "memory_method": self.method,
@@ -91,10 +93,12 @@ def measure() -> Iterator[Measurement]:
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
     start = time.perf_counter()
+    cpu_start = time.process_time()
     try:
         yield m
     finally:
         m.seconds = time.perf_counter() - start
+        m.cpu_seconds = time.process_time() - cpu_start
         if sampler is not None:
             stop.set()
             sampler.join()

@@ -80,6 +80,8 @@ def _steps_text(meta: dict[str, Any], model: str) -> str:
     parts = [f"preset {spec['preset']}", f"{spec['max_steps'] or 'preset'} steps"]
     if spec.get("batch_size"):
         parts.append(f"batch {spec['batch_size']}")
+    if spec.get("learning_rate"):
+        parts.append(f"lr {spec['learning_rate']:g}")
     for key, value in (spec.get("model_options") or {}).items():
         parts.append(f"{key}={value}")
     if spec.get("p_target") is not None:
@@ -95,7 +97,7 @@ def reductions_section(results: dict[str, Any]) -> list[str]:
         "rows used / official",
         "protocol (paper)",
         "folds run / paper",
-        "train / val / test rows per fold (paper's)",
+        "train / val / test rows per fold (the protocol's split of the full copy)",
     ]
     header += [f"{model_title(m)} training (paper)" for m in table_models]
     header += ["baseline search per fold"]
@@ -170,7 +172,7 @@ def results_section(results: dict[str, Any]) -> list[str]:
         header = (
             ["model"]
             + [METRIC_LABEL[m] for m in metrics]
-            + ["s / fold", "s / step", "peak RSS MB (+ above start)"]
+            + ["s / fold (CPU s)", "s / step", "peak RSS MB (+ above start)"]
         )
         rows = []
         for model in models:
@@ -182,7 +184,8 @@ def results_section(results: dict[str, Any]) -> list[str]:
                 ours = _fmt(entry[metric]["mean"], metric, entry[metric]["se"]) if metric in entry else "–"
                 ref = _fmt_paper(metric, meta.get("paper_name"), model) if metric != "mse" else "–"
                 row.append(ours + (f" [{ref}]" if ref != "–" else ""))
-            row.append(f"{entry['seconds_per_fold']:.1f}")
+            cpu = entry.get("cpu_seconds_per_fold")
+            row.append(f"{entry['seconds_per_fold']:.1f}" + (f" ({cpu:.1f})" if cpu is not None else ""))
             row.append(f"{entry['seconds_per_step']:.3f}" if "seconds_per_step" in entry else "–")
             row.append(f"{entry['peak_rss_mb']:.0f} (+{entry['peak_above_start_mb']:.0f})")
             rows.append(row)
@@ -284,12 +287,23 @@ def findings_section(results: dict[str, Any]) -> list[str]:
             entry = paper.paper_value(metric, meta.get("paper_name") or "", paper_method(model) or "")
             if entry:
                 text += f"; paper {_fmt_paper(metric, meta.get('paper_name'), model)}"
+            fits = [
+                r["details"]
+                for r in results["records"]
+                if r.get("status") == "ok" and r["dataset"] == name and r["model"] == model
+            ]
+            late = sum(
+                1 for d in fits if d.get("best_step") is not None and d["best_step"] >= 0.9 * (d["steps"] - 1)
+            )
+            if late:
+                text += f"; best checkpoint in the last 10% of steps in {late}/{len(fits)} fit(s)"
+                text += " (still improving: more steps should help)"
             lines.append(text)
     return lines + [""]
 
 
 def plots(results: dict[str, Any], out_dir: str | Path, stem: str) -> list[Path]:
-    """Bar charts of the primary metric per dataset (paper values as markers) and a time/score
+    """Dot plots of the primary metric per dataset (paper values as markers) and a time/memory
     scatter. Needs matplotlib (the ``bench`` extra); returns [] without it."""
     try:
         import matplotlib

@@ -204,7 +204,7 @@ def run_suite(
         }
         log(
             f"[bench] {dplan.name}: {protocol}, {len(reduced)}/{n_paper_folds} fold(s), "
-            f"rows per fold {reduced[0].sizes()} (paper {folds[0].sizes()})"
+            f"rows per fold {reduced[0].sizes()} (before caps {folds[0].sizes()})"
         )
         for fold in reduced:
             data = _fold_data(dataset, fold)
@@ -292,6 +292,8 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             mean, se = mean_se([r["metrics"][metric] for r in recs])
             entry[metric] = {"mean": mean, "se": se}
         entry["seconds_per_fold"] = float(np.mean([r["seconds"] for r in recs]))
+        if all("cpu_seconds" in r for r in recs):
+            entry["cpu_seconds_per_fold"] = float(np.mean([r["cpu_seconds"] for r in recs]))
         entry["peak_rss_mb"] = float(np.max([r["peak_rss_mb"] for r in recs]))
         entry["peak_above_start_mb"] = float(np.max([r["peak_above_start_mb"] for r in recs]))
         sps = [r["details"].get("seconds_per_step") for r in recs if r["details"].get("seconds_per_step")]

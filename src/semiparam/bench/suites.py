@@ -9,6 +9,7 @@ is printed in the report next to the numbers it affects.
 
 from __future__ import annotations
 
+from .models import TableModelSpec
 from .runner import DatasetPlan, SuitePlan
 
 PAPER_BASELINES = ("random_forest", "gradient_boosting", "xgboost", "catboost", "lightgbm", "mlp", "knn")
@@ -83,17 +84,29 @@ def uci() -> SuitePlan:
             DatasetPlan("covertype", **large, table={"*": {**large_table, "model_options": wide}}),
         ),
         models=("npt", "spin", *PAPER_BASELINES),
+        # chosen on validation loss (Boston, fold 0, 100 steps) among 1e-3, 3e-3, 1e-2 for both
+        # NPT and SPIN; the preset's 1e-3 leaves them far from converged in 100 steps (see notes)
+        table_defaults=TableModelSpec(learning_rate=1e-2),
         notes=(
             "Budget: about 45 minutes of wall time on 2 CPU cores shared with other developers, one "
             "thread per model. Library models use the `cpu` preset (e=16, 4 blocks, 4 heads; e=8 with "
-            "2 heads on tables with >= 25 columns), no target masking for NPT, lr 1e-3 flat then "
-            "cosine, best checkpoint on validation; 80-100 steps (batches of 256 rows on the large "
+            "2 heads on tables with >= 25 columns), no target masking for NPT, LAMB + Lookahead at "
+            "lr 1e-2 (not the preset's 1e-3, see below) flat then cosine, best checkpoint on "
+            "validation; 80-100 steps (batches of 256 rows on the large "
             "datasets) instead of the paper's 2,000-2,000,000. The machine was shared with 4-6 other "
             "busy processes during the run (this run's process got 15-40% of one core), which is why "
             "the budgets are this small. TabNet (in the paper's tables) is not run. On the large "
             "datasets the models see 1,000 training rows where the paper's saw 17,000-9,000,000, so "
             "their numbers are far from the paper's by construction: compare the models with each "
-            "other."
+            "other.\n\n"
+            "Learning rate: with the preset's lr 1e-3, 100 steps leave NPT and SPIN far from "
+            "converged (best checkpoint at the last step on every fold; Boston RMSE 5.62 ± 0.45 for "
+            "NPT and 5.50 ± 0.92 for SPIN over the 3 folds). We chose the rate once, by validation "
+            "loss on Boston fold 0 at 100 steps (validation target loss, standardised units: NPT "
+            "0.485 / 0.152 / 0.130 and SPIN 0.315 / 0.131 / 0.122 at lr 1e-3 / 3e-3 / 1e-2), and "
+            "used 1e-2 for both models on every dataset, in the spirit of the paper's 'at most 3 "
+            "manual adjustments' (spec-npt 7.2). LAMB scales each layer's update to about lr x "
+            "its weight norm, so 100 steps at 1e-3 change the weights by ~10% at most."
         ),
     )
 
