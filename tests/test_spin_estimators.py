@@ -97,13 +97,34 @@ def test_learns_and_is_row_equivariant():
 
 
 def test_test_labels_never_reach_the_model():
+    """Test labels never enter the model: with the test rows' features in training (transductive)
+    the predictions are the same whatever their labels, and a target column present at predict time
+    is hidden."""
     X, y = _blobs(100)
-    frame = X.assign(label=y)
-    predictor = TablePredictor(targets=["label"], model="spin", **FAST).fit(frame)
     test, y_test = _blobs(40, seed=3)
+    frame = X.assign(label=y)
+    predictor = TablePredictor(targets=["label"], model="spin", **FAST).fit(frame, X_unlabeled=test)
     right = predictor.predict(test.assign(label=y_test))
     wrong = predictor.predict(test.assign(label=np.where(y_test == "pos", "neg", "pos")))
     pd.testing.assert_frame_equal(right, wrong)
+    # the unlabeled rows did join training
+    inductive = TablePredictor(targets=["label"], model="spin", **FAST).fit(frame).predict(test)
+    assert not np.allclose(inductive["label_proba_pos"], right["label_proba_pos"])
+
+
+def test_gaussian_regressor_round_trip(tmp_path):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(70, 3))
+    y = X[:, 0] * 3 + 10 + rng.normal(scale=0.1, size=70)
+    reg = SPINRegressor(loss="gaussian", **FAST).fit(X, y)
+    mean, std = reg.predict(X[:5], return_std=True)
+    assert mean.shape == std.shape == (5,) and (std > 0).all()
+    reg.save(tmp_path / "reg")
+    with pytest.raises(ValueError, match="SPINRegressor"):
+        SPINClassifier.load(tmp_path / "reg")
+    mean2, std2 = SPINRegressor.load(tmp_path / "reg").predict(X[:5], return_std=True)
+    np.testing.assert_array_equal(mean, mean2)
+    np.testing.assert_array_equal(std, std2)
 
 
 def test_chunked_encoding_path_equals_one_pass():
