@@ -142,7 +142,11 @@ class KeyValueCrossAttention(nn.Module):
     """Queries attend to a set whose keys and values come from different inputs, as in the ANP's
     deterministic path (keys = MLP(x_c), values = encoded (x_c, y_c)). Same form as :class:`MAB`:
     pre-LayerNorm, learned residual projection, 4x GELU feed-forward. Shapes:
-    ``queries (B, n, w)``, ``keys (B, m, w)``, ``values (B, m, w)`` -> ``(B, n, w)``."""
+    ``queries (B, n, w)``, ``keys (B, m, w)``, ``values (B, m, w)`` -> ``(B, n, w)``.
+
+    NOTE[DIFF]: Kim et al. 2019 use bare multihead attention here (the BNP code adds a post-LN
+    residual block); we give it the same residual + feed-forward form as the CIPNP's cross-attention
+    MAB so that CANP/ANP and CIPNP/IPNP differ only in their set encoders."""
 
     def __init__(self, width: int, n_heads: int) -> None:
         super().__init__()
