@@ -484,8 +484,8 @@ def _to_tensor(name: str, value: ArrayLike) -> Tensor:
 
 
 def _as_batch(name: str, value: ArrayLike, dim: int) -> tuple[Tensor, Tensor | None, bool]:
-    """``value`` -> ``(B, k, dim)`` float32 on the CPU, the padding mask of a ragged list input (else
-    None), and whether it was a single task."""
+    """``value`` -> ``(B, k, dim)`` float32 (on the input's device), the padding mask of a ragged list
+    input (else None), and whether it was a single task."""
     if isinstance(value, (list, tuple)) and value and all(isinstance(v, (Tensor, np.ndarray)) for v in value):
         # a list of per-task arrays (ragged): pad them into one batch
         items = [_to_tensor(f"{name}[{i}]", v) for i, v in enumerate(value)]
@@ -501,7 +501,9 @@ def _as_batch(name: str, value: ArrayLike, dim: int) -> tuple[Tensor, Tensor | N
         return padded, (None if bool(mask.all()) else mask), False
     tensor = _to_tensor(name, value)
     if tensor.ndim == 1:
-        return tensor[None, :, None], None, True  # (k,) -> (1, k, 1)
+        tensor = tensor[None, :, None]  # (k,) -> (1, k, 1)
+        _check_dim(name, tensor, dim)
+        return tensor, None, True
     if tensor.ndim == 2:
         _check_dim(name, tensor, dim)
         return tensor[None], None, True
