@@ -125,21 +125,17 @@ def reductions_section(results: dict[str, Any]) -> list[str]:
             "(paper: grid of 24–11,340)"
         )
         rows.append(row)
-    notes = [
-        f"- {name}: {meta['notes']}"
-        + (
-            " (no official test set here: the paper's fixed split falls back to 0.7/0.1/0.2)"
-            if meta["protocol"] == "holdout"
-            and (
-                paper.PAPER_SETUP.get(meta.get("paper_name") or "", {})
-                .get("protocol", "")
-                .startswith(("fixed", "official"))
-            )
-            else ""
+    notes = []
+    for name, meta in results["datasets"].items():
+        setup = paper.PAPER_SETUP.get(meta.get("paper_name") or "", {})
+        fallback = meta["protocol"] == "holdout" and str(setup.get("protocol", "")).startswith(
+            ("fixed", "official")
         )
-        for name, meta in results["datasets"].items()
-        if meta.get("notes") or meta["protocol"] == "holdout"
-    ]
+        text = meta.get("notes") or ""
+        if fallback:
+            text += " (no official test set here: the paper's fixed split falls back to 0.7/0.1/0.2)"
+        if text.strip():
+            notes.append(f"- {name}: {text.strip()}")
     baselines = [m for m in _models(results) if m in BASELINES]
     tuning = []
     if baselines:
@@ -187,7 +183,8 @@ def results_section(results: dict[str, Any]) -> list[str]:
             cpu = entry.get("cpu_seconds_per_fold")
             row.append(f"{entry['seconds_per_fold']:.1f}" + (f" ({cpu:.1f})" if cpu is not None else ""))
             row.append(f"{entry['seconds_per_step']:.3f}" if "seconds_per_step" in entry else "–")
-            row.append(f"{entry['peak_rss_mb']:.0f} (+{entry['peak_above_start_mb']:.0f})")
+            above = max(0.0, entry["peak_above_start_mb"])  # < 0 when memory was freed meanwhile
+            row.append(f"{entry['peak_rss_mb']:.0f} (+{above:.0f})")
             rows.append(row)
         folds = meta["folds_run"]
         lines += [
