@@ -67,7 +67,11 @@ class TrainConfig(FrozenConfig):
 
     @classmethod
     def cpu(cls) -> TrainConfig:
-        return cls()
+        """A few hundred steps on a laptop CPU. NOTE[DIFF]: learning rate 1e-2, not the paper's
+        1e-3: LAMB moves each layer by about lr * |w| per step, so 1e-3 barely trains in a few
+        hundred steps (Boston fold 0 at 100 steps: RMSE 3.04 at 1e-2 against 5.09 at 1e-3; see
+        benchmarks/results/uci_report.md). The paper presets keep 1e-3 with their long schedules."""
+        return cls(learning_rate=1e-2)
 
     @classmethod
     def paper_small(cls) -> TrainConfig:
@@ -84,7 +88,7 @@ class TrainConfig(FrozenConfig):
     @classmethod
     def spin_cpu(cls) -> TrainConfig:
         """SPIN on a CPU: as :meth:`cpu`, with half of the labels hidden and scored per step."""
-        return cls(p_target=0.5, tradeoff_start=0.5)
+        return cls(learning_rate=1e-2, p_target=0.5, tradeoff_start=0.5)
 
     @classmethod
     def spin_paper_small(cls) -> TrainConfig:
