@@ -561,33 +561,39 @@ def write_imputed_vcf(
     )
     fmt = f"{{:.{decimals}f}}"
     fields = "GT:DS:GP:AP1:AP2" if ap else "GT:DS:GP"
+    # Numbers are rounded to `decimals` and looked up in a table of their texts; object-array
+    # concatenation then builds a block of sites at once (much faster than formatting each value).
+    scale = 10**decimals
+    text = np.array([f"{k / scale:.{decimals}f}" for k in range(2 * scale + 1)], dtype=object)
+    gt_phased = np.array(["0|0", "0|1", "1|0", "1|1"], dtype=object)
+    gt_unphased = np.array(["0/0", "0/1", "1/1"], dtype=object)
+    block = 256
     with VCFWriter(path, header) as writer:
-        for i in range(n_sites):
-            p = np.clip(hap_alt_prob[i].astype(np.float64), 0.0, 1.0)  # (n_samples, 2)
-            a, b = p[:, 0], p[:, 1]
-            gp = np.stack([(1 - a) * (1 - b), a * (1 - b) + b * (1 - a), a * b], axis=1)
-            ds = a + b
+        for lo in range(0, n_sites, block):
+            p = np.clip(hap_alt_prob[lo : lo + block].astype(np.float64), 0.0, 1.0)  # (B, n_samples, 2)
+            a, b = p[..., 0], p[..., 1]
+            gp = np.stack([(1 - a) * (1 - b), a * (1 - b) + b * (1 - a), a * b], axis=-1)  # (B, n, 3)
             if phased:
-                ha, hb = (a > 0.5).astype(np.int8), (b > 0.5).astype(np.int8)
-                gt = [f"{x}|{y}" for x, y in zip(ha.tolist(), hb.tolist())]
+                gt = gt_phased[2 * (a > 0.5) + (b > 0.5)]
             else:
-                gt = [("0/0", "0/1", "1/1")[g] for g in gp.argmax(axis=1).tolist()]
-            ds_text = np.char.mod(f"%.{decimals}f", ds)
-            gp_text = np.char.mod(f"%.{decimals}f", gp)
-            calls_list = [
-                f"{g}:{d}:{r},{h},{v}"
-                for g, d, r, h, v in zip(gt, ds_text, gp_text[:, 0], gp_text[:, 1], gp_text[:, 2])
-            ]
-            if ap:
-                a_text, b_text = np.char.mod(f"%.{decimals}f", a), np.char.mod(f"%.{decimals}f", b)
-                calls_list = [f"{c}:{x}:{y}" for c, x, y in zip(calls_list, a_text, b_text)]
-            calls = "\t".join(calls_list)
-            af = float(p.mean())
-            info = f"AF={fmt.format(af)};DR2={fmt.format(float(dr2[i]))}" + ("" if typed[i] else ";IMP")
-            writer.write_line(
-                f"{sites.chrom[i]}\t{sites.pos[i]}\t{sites.id[i]}\t{sites.ref[i]}\t{sites.alt[i]}\t.\tPASS\t"
-                f"{info}\t{fields}\t{calls}"
+                gt = gt_unphased[gp.argmax(axis=-1)]
+
+            def txt(x: np.ndarray) -> np.ndarray:
+                return text[np.rint(x * scale).astype(np.int64)]
+
+            calls = (
+                gt + ":" + txt(a + b) + ":" + txt(gp[..., 0]) + "," + txt(gp[..., 1]) + "," + txt(gp[..., 2])
             )
+            if ap:
+                calls = calls + ":" + txt(a) + ":" + txt(b)
+            for k in range(p.shape[0]):
+                i = lo + k
+                af = float(p[k].mean())
+                info = f"AF={fmt.format(af)};DR2={fmt.format(float(dr2[i]))}" + ("" if typed[i] else ";IMP")
+                writer.write_line(
+                    f"{sites.chrom[i]}\t{sites.pos[i]}\t{sites.id[i]}\t{sites.ref[i]}\t{sites.alt[i]}\t.\tPASS\t"
+                    f"{info}\t{fields}\t" + "\t".join(calls[k].tolist())
+                )
     return Path(path)
 
 
