@@ -298,16 +298,20 @@ class TableLearner:
             self._context_state = self._encode(self.context)
         return self._context_state
 
-    def predict_outputs(self, frame: pd.DataFrame, *, absent: Sequence[str] = ()) -> ColumnOutputs:
+    def predict_outputs(
+        self, frame: pd.DataFrame | EncodedTable, *, absent: Sequence[str] = ()
+    ) -> ColumnOutputs:
+        """Raw outputs for the query rows ``frame`` (a table, or one already encoded)."""
         assert self.encoder is not None
-        queries = self.encoder.transform(frame, absent=absent)
+        queries = frame if isinstance(frame, EncodedTable) else self.encoder.transform(frame, absent=absent)
         return self._query_outputs(queries, self.context_state())
 
     def predict_columns(
-        self, frame: pd.DataFrame, columns: Sequence[str], *, absent: Sequence[str] = ()
+        self, frame: pd.DataFrame | EncodedTable, columns: Sequence[str], *, absent: Sequence[str] = ()
     ) -> dict[str, dict[str, np.ndarray]]:
         """Decoded predictions per column: ``{"mean": ..., "std": ...}`` for continuous columns
-        (original units; std only with a Gaussian head), ``{"proba": (n, C)}`` for categorical."""
+        (original units; std only with a Gaussian head), ``{"proba": (n, C)}`` for categorical.
+        ``frame`` may be a table or an :class:`EncodedTable` (then ``absent`` does not apply)."""
         outputs = self.predict_outputs(frame, absent=absent)
         layout = self.schema.layout()
         result: dict[str, dict[str, np.ndarray]] = {}

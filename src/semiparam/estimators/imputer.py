@@ -85,7 +85,7 @@ class TableImputer(TransformerMixin, TableEstimatorMixin):
         filled = frame.copy()
         columns = [c for j, c in enumerate(frame.columns) if enc.missing[:, j].any()]
         if columns:
-            preds = self.learner_.predict_columns(frame, columns)
+            preds = self.learner_.predict_columns(enc, columns)  # encoded once, above
             for name in columns:
                 j = list(frame.columns).index(name)
                 rows = enc.missing[:, j] & frame[name].isna().to_numpy()
