@@ -61,6 +61,18 @@ class _SupervisedTableEstimator(TableEstimatorMixin):
         return self.learner_.predict_columns(frame, targets, absent=targets)
 
 
+class _ContinuousLossMixin:
+    """The ``loss`` parameter of estimators with continuous targets: ``gaussian`` gives the
+    model a mean + scale head for continuous columns."""
+
+    loss: str
+
+    def _adjust_model_config(self, model_config: Any) -> Any:
+        if self.loss not in ("squared_error", "gaussian"):
+            raise ValueError(f"loss must be 'squared_error' or 'gaussian', got {self.loss!r}")
+        return model_config.replace(gaussian_head=self.loss == "gaussian")
+
+
 _PARAMS_DOC = """
     Parameters
     ----------
@@ -154,7 +166,7 @@ class TableClassifier(ClassifierMixin, _SupervisedTableEstimator):
         self.classes_ = np.asarray(extra["classes"], dtype=dtype)
 
 
-class TableRegressor(RegressorMixin, _SupervisedTableEstimator):
+class TableRegressor(RegressorMixin, _ContinuousLossMixin, _SupervisedTableEstimator):
     __doc__ = (
         "Regress one or several continuous targets with a table model.\n"
         + _PARAMS_DOC
@@ -190,11 +202,6 @@ class TableRegressor(RegressorMixin, _SupervisedTableEstimator):
         tags.input_tags.allow_nan = True
         tags.target_tags.multi_output = True
         return tags
-
-    def _adjust_model_config(self, model_config: Any) -> Any:
-        if self.loss not in ("squared_error", "gaussian"):
-            raise ValueError(f"loss must be 'squared_error' or 'gaussian', got {self.loss!r}")
-        return model_config.replace(gaussian_head=self.loss == "gaussian")
 
     def fit(self, X: Any, y: Any, X_unlabeled: Any = None) -> TableRegressor:
         """Fit on ``X`` and a continuous target ``y`` (n,) or several, ``y`` (n, k)."""
@@ -246,7 +253,7 @@ class TableRegressor(RegressorMixin, _SupervisedTableEstimator):
         self.n_outputs_ = extra["n_outputs"]
 
 
-class TablePredictor(_SupervisedTableEstimator):
+class TablePredictor(_ContinuousLossMixin, _SupervisedTableEstimator):
     """Predict one or several target columns of mixed kinds, named inside a DataFrame.
 
     ``fit(frame)`` trains with ``targets`` as target columns; ``predict(frame)`` returns a
@@ -280,11 +287,6 @@ class TablePredictor(_SupervisedTableEstimator):
     @property
     def _model_name(self) -> str:  # type: ignore[override]
         return self.model
-
-    def _adjust_model_config(self, model_config: Any) -> Any:
-        if self.loss not in ("squared_error", "gaussian"):
-            raise ValueError(f"loss must be 'squared_error' or 'gaussian', got {self.loss!r}")
-        return model_config.replace(gaussian_head=self.loss == "gaussian")
 
     def fit(self, frame: pd.DataFrame, X_unlabeled: Any = None) -> TablePredictor:
         if not isinstance(frame, pd.DataFrame):
