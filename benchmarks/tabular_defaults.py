@@ -1,0 +1,640 @@
+#!/usr/bin/env python
+"""NPT and SPIN at their defaults against gradient boosting on the development suite
+(``benchmarks/devsuite.py``: 14 real tables of 300-2,500 rows), for the issue "Out of the box, NPT
+and SPIN beat gradient boosting on small and medium tables".
+
+    .venv/bin/python benchmarks/tabular_defaults.py                          # the whole grid
+    .venv/bin/python benchmarks/tabular_defaults.py --tables boston,oj --models npt,hgb
+    .venv/bin/python benchmarks/tabular_defaults.py --models npt --set npt.max_steps=800 --tag steps800
+    .venv/bin/python benchmarks/tabular_defaults.py --report-only            # rebuild the report
+    .venv/bin/python benchmarks/tabular_defaults.py --report-only --prune    # drop stale lines too
+
+Every model runs at its defaults with only ``random_state`` set (``--set MODEL.KEY=VALUE`` changes
+one setting; dotted keys reach into ``model_options``/``train_options``; values are JSON or text).
+Threads: 2 for every model (``torch.set_num_threads(2)`` for NPT/SPIN, ``n_jobs``/``thread_count``
+2 and a threadpoolctl limit of 2 for the rest), the whole of the 2-core machine the suite targets.
+The tuned models (``hgb_tuned`` ...) run ``--tuned-trials`` Optuna TPE trials on an inner 80/20
+split of the training rows, then refit on all of them; their fit seconds include the search.
+
+Each (table, model, split) appends one JSON line to ``<out>/tabular_defaults.jsonl`` as soon as it
+finishes, so a killed run resumes where it stopped. A line is reused only when its ``key`` matches:
+a hash of the table (rows, columns, seeds, data), the model's resolved settings (``get_params()``
+plus overrides; library parameters for the baselines), the library's version, ``DEVSUITE_VERSION``
+and the hash of the contents of src/semiparam. git HEAD and the dirty flag are recorded in every
+line; ``--key-git`` also puts them in the key (then committing the results file makes them stale).
+The report (``tabular_defaults.md`` and ``.json``, or ``tabular_defaults_<tag>.*``) is generated
+from the lines of the tag whose key is current; nothing measured is typed into source.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shlex
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import devsuite as ds
+import numpy as np
+
+RESULTS = Path(__file__).resolve().parent / "results"
+JSONL_NAME = "tabular_defaults.jsonl"
+OK_STATUSES = ("ok", "unavailable")
+
+
+# -- command line ------------------------------------------------------------------------------------
+
+
+def parse_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return {"none": None, "true": True, "false": False}.get(text.lower(), text)
+
+
+def parse_sets(items: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """``["npt.max_steps=30", "npt.train_options.patience=5"]`` -> ``{"npt": {"max_steps": 30,
+    "train_options": {"patience": 5}}}``."""
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        if "=" not in item or "." not in item.split("=", 1)[0]:
+            raise SystemExit(f"--set wants MODEL.KEY=VALUE, got {item!r}")
+        path, value = item.split("=", 1)
+        model, *keys = path.split(".")
+        if model not in ds.ALL_MODELS:
+            raise SystemExit(f"--set: unknown model {model!r}")
+        node = out.setdefault(model, {})
+        for key in keys[:-1]:
+            node = node.setdefault(key, {})
+        node[keys[-1]] = parse_value(value)
+    return out
+
+
+def split_list(text: str | None, allowed: Iterable[str], what: str) -> list[str]:
+    allowed = list(allowed)
+    if not text:
+        return allowed
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = [t for t in items if t not in allowed]
+    if unknown:
+        raise SystemExit(f"unknown {what} {unknown}; choose from {allowed}")
+    return items
+
+
+# -- records ------------------------------------------------------------------------------------------
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut by a kill: ignore it
+            continue
+    return records
+
+
+def append_record(path: Path, record: Mapping[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as fh:
+        fh.write(json.dumps(record, default=str, allow_nan=True) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+class KeyMaker:
+    """Current cache keys of cells, given the per-model overrides and the tuned trial count."""
+
+    def __init__(self, include_git: bool = False):
+        self.include_git = include_git
+        self.code = ds.code_version()
+        self._fingerprints: dict[str, dict] = {}
+
+    def fingerprint(self, table: str) -> dict[str, Any]:
+        if table not in self._fingerprints:
+            self._fingerprints[table] = ds.TABLES[table].fingerprint()
+        return self._fingerprints[table]
+
+    def settings(self, table: str, model: str, split: int, overrides: Mapping, tuned_trials: int) -> dict:
+        reason = ds.library_available(model)
+        if reason is not None:
+            return {"unavailable": reason}
+        task = ds.TABLES[table].task
+        est = ds.make_model(model, task, ds.split_seed(table, split), overrides, tuned_trials=tuned_trials)
+        return ds.model_settings(model, est, overrides)
+
+    def key(self, table: str, model: str, split: int, settings: Mapping) -> str:
+        return ds.cell_key(
+            self.fingerprint(table),
+            model,
+            split,
+            settings,
+            self.code,
+            ds.library_version(model),
+            include_git=self.include_git,
+        )
+
+    def record_is_current(self, record: Mapping[str, Any]) -> bool:
+        """Would running the record's cell now, with its overrides, give the same key?"""
+        try:
+            table, model, split = record["table"], record["model"], int(record["split"])
+            if table not in ds.TABLES or model not in ds.ALL_MODELS:
+                return False
+            settings = self.settings(
+                table, model, split, record.get("overrides") or {}, int(record.get("tuned_trials", 20))
+            )
+            return self.key(table, model, split, settings) == record.get("key")
+        except Exception:  # noqa: BLE001 - a record we cannot re-key is stale
+            return False
+
+
+# -- the grid -----------------------------------------------------------------------------------------
+
+
+def run_grid(args: argparse.Namespace, sets: dict[str, dict[str, Any]], jsonl: Path, log=print) -> int:
+    import torch
+
+    torch.set_num_threads(ds.N_THREADS)
+    keys = KeyMaker(include_git=args.key_git)
+    done = {r.get("key") for r in read_records(jsonl) if r.get("status") in OK_STATUSES}
+    command = " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])
+    machine = ds.machine()
+    tables = split_list(args.tables, ds.TABLES, "tables")
+    models = split_list(args.models, ds.ALL_MODELS, "models")
+    n_new = 0
+    for table in tables:
+        for split in range(args.splits):
+            for model in models:
+                overrides = sets.get(model, {})
+                settings = keys.settings(table, model, split, overrides, args.tuned_trials)
+                key = keys.key(table, model, split, settings)
+                if key in done:
+                    log(f"[skip] {table} {model} split {split}: cached")
+                    continue
+                record: dict[str, Any] = {
+                    "table": table,
+                    "model": model,
+                    "split": split,
+                    "tag": args.tag,
+                    "key": key,
+                    "overrides": overrides,
+                    "tuned_trials": args.tuned_trials,
+                    "settings": settings,
+                    "code": keys.code,
+                    "library_version": ds.library_version(model),
+                    "machine": {**machine, "torch_threads": torch.get_num_threads()},
+                    "command": command,
+                    "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                }
+                if "unavailable" in settings:
+                    record["status"] = "unavailable"
+                    record["error"] = settings["unavailable"]
+                    log(f"[n/a ] {table} {model}: {settings['unavailable']}")
+                else:
+                    log(f"[run ] {table} {model} split {split} ...")
+                    try:
+                        record.update(ds.run_cell(table, model, split, overrides, args.tuned_trials))
+                        record["status"] = "ok"
+                        log(
+                            f"       {record['primary']}={record['score']:.4f} "
+                            f"fit {record['fit_seconds']:.1f}s"
+                        )
+                    except Exception as exc:  # noqa: BLE001 - one failing cell must not stop the grid
+                        record["status"] = "error"
+                        record["error"] = ds.describe_error(exc)
+                        log(f"[fail] {table} {model}: {record['error'].splitlines()[-1]}")
+                record["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+                append_record(jsonl, record)
+                if record["status"] in OK_STATUSES:
+                    done.add(key)
+                n_new += 1
+    return n_new
+
+
+def prune(jsonl: Path, keys: KeyMaker) -> tuple[int, int]:
+    """Rewrite the JSONL keeping only the records that are current; (kept, dropped)."""
+    records = read_records(jsonl)
+    keep = [r for r in records if keys.record_is_current(r)]
+    tmp = jsonl.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in keep))
+    tmp.replace(jsonl)
+    return len(keep), len(records) - len(keep)
+
+
+# -- report -------------------------------------------------------------------------------------------
+
+
+def latest_per_cell(records: Iterable[Mapping[str, Any]]) -> dict[tuple, Mapping[str, Any]]:
+    """The last record of each (table, model, split): a later line wins."""
+    out: dict[tuple, Mapping[str, Any]] = {}
+    for r in records:
+        out[(r["table"], r["model"], int(r["split"]))] = r
+    return out
+
+
+def _fmt(x: Any, digits: int = 4) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    if isinstance(x, float):
+        if abs(x) >= 1000:
+            return f"{x:,.0f}"
+        return f"{x:.{digits}g}" if abs(x) < 1 else f"{x:.{digits}f}".rstrip("0").rstrip(".")
+    return str(x)
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for row in rows:
+        lines.append("| " + " | ".join(str(c) for c in row) + " |")
+    return "\n".join(lines)
+
+
+def aggregate(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Mean over splits of each (table, model): primary score, other metrics, seconds, stopping."""
+    cells = latest_per_cell(records)
+    by: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
+    status: dict[tuple[str, str], str] = {}
+    for (table, model, _split), r in sorted(cells.items()):
+        if r.get("status") == "ok":
+            by[(table, model)].append(r)
+        else:
+            status[(table, model)] = f"{r.get('status')}: {str(r.get('error', ''))[-200:]}"
+    scores: dict[str, dict[str, Any]] = defaultdict(dict)
+    for (table, model), rs in by.items():
+        metrics: dict[str, list[float]] = defaultdict(list)
+        for r in rs:
+            for k, v in (r.get("metrics") or {}).items():
+                metrics[k].append(float(v) if v is not None else float("nan"))
+        entry = {
+            "primary": rs[0].get("primary"),
+            "score": float(np.mean([float(r["score"]) for r in rs])),
+            "score_std": float(np.std([float(r["score"]) for r in rs])) if len(rs) > 1 else None,
+            "n_splits": len(rs),
+            "metrics": {k: float(np.mean(v)) for k, v in metrics.items()},
+            "fit_seconds": float(np.mean([r["fit_seconds"] for r in rs])),
+            "fit_cpu_seconds": float(np.mean([r.get("fit_cpu_seconds", float("nan")) for r in rs])),
+            "predict_seconds": float(np.mean([r.get("predict_seconds", float("nan")) for r in rs])),
+            "fit_peak_rss_mb": float(np.max([r.get("fit_peak_rss_mb", float("nan")) for r in rs])),
+        }
+        if rs[0].get("history") is not None:
+            entry["history"] = [r.get("history") for r in rs]
+        if rs[0].get("tuning") is not None:
+            entry["tuning"] = [r.get("tuning") for r in rs]
+        scores[table][model] = entry
+    return {"scores": scores, "status": {f"{t}/{m}": s for (t, m), s in status.items()}}
+
+
+def build_report(
+    records: list[Mapping[str, Any]],
+    *,
+    title_tag: str = "default",
+    table_info: Mapping[str, Mapping[str, Any]] | None = None,
+    stale: int = 0,
+) -> tuple[str, dict[str, Any]]:
+    """Markdown and JSON aggregate of current records (already filtered)."""
+    agg = aggregate(records)
+    scores = agg["scores"]
+    tables = [t for t in ds.TABLES if t in scores] + sorted(t for t in scores if t not in ds.TABLES)
+    present = {m for t in scores for m in scores[t]}
+    models = [m for m in ds.ALL_MODELS if m in present]
+    defaults = [m for m in ds.DEFAULT_MODELS if m in present]
+    per_table = {t: {m: scores[t][m]["score"] for m in scores[t]} for t in tables}
+    rank_default = ds.average_ranks(per_table, defaults)
+    rank_all = ds.average_ranks(per_table, models)
+
+    cells = latest_per_cell(records)
+    commands = sorted({r.get("command", "") for r in cells.values() if r.get("command")})
+    codes = {json.dumps(r.get("code"), sort_keys=True) for r in cells.values() if r.get("code")}
+    machines = {
+        json.dumps({k: (r.get("machine") or {}).get(k) for k in ("cpu", "cpu_count", "torch_threads")})
+        for r in cells.values()
+    }
+    splits = sorted({int(r["split"]) for r in cells.values()})
+
+    md: list[str] = [f"# NPT and SPIN at their defaults against gradient boosting (tag `{title_tag}`)", ""]
+    md.append(
+        "Generated by `benchmarks/tabular_defaults.py` from `tabular_defaults.jsonl` (only lines whose "
+        "cache key matches the current code and settings). Development suite: `benchmarks/devsuite.py`."
+        " Every model at its defaults with only `random_state` set; 2 threads each. Lower is better: "
+        "RMSE (regression, target units) and log loss (classification). Ranks are per table among "
+        "the models named, ties share the mean rank; the average is over the tables where all of "
+        "them have a result."
+    )
+    md.append("")
+    md.append(f"Records used: {len(cells)}; splits: {splits}; stale records ignored: {stale}.")
+    md.append("")
+    md.append("Reproduce:")
+    md.append("")
+    md.append("```")
+    md.extend(commands or ["(no command recorded)"])
+    md.append("```")
+    md.append("")
+    overrides = sorted(
+        {
+            f"{r['model']}: {json.dumps(r['overrides'], sort_keys=True)}"
+            for r in cells.values()
+            if r.get("overrides")
+        }
+    )
+    if overrides:
+        md.append(
+            "**Not defaults**: these settings were overridden: " + "; ".join(f"`{o}`" for o in overrides)
+        )
+        md.append("")
+    md.append("Code: " + "; ".join(f"`{c}`" for c in sorted(codes)))
+    md.append("")
+    md.append("Machine: " + "; ".join(f"`{m}`" for m in sorted(machines)))
+    md.append("")
+
+    if table_info:
+        md += ["## Tables", ""]
+        rows = []
+        for t in tables:
+            info = table_info.get(t)
+            if not info:
+                continue
+            rows.append(
+                [
+                    t,
+                    info["task"],
+                    info["target"],
+                    info["rows"],
+                    info["n_train"],
+                    info["n_features"],
+                    info["n_categorical"],
+                    info["n_missing_cells"],
+                    info["provenance"],
+                ]
+            )
+        md.append(
+            _table(
+                ["table", "task", "target", "rows", "train", "features", "categorical", "NaN cells",
+                 "source"],
+                rows,
+            )
+        )  # fmt: skip
+        md.append("")
+
+    def score_rows(model_list: list[str]) -> list[list[Any]]:
+        rows = []
+        for t in tables:
+            row: list[Any] = [t, next(iter(scores[t].values()))["primary"]]
+            vals = {m: scores[t][m]["score"] for m in model_list if m in scores[t]}
+            best = min(vals.values()) if vals else None
+            for m in model_list:
+                if m not in scores[t]:
+                    row.append("–")
+                    continue
+                e = scores[t][m]
+                text = _fmt(e["score"])
+                if e.get("score_std") is not None:
+                    text += f" ± {_fmt(e['score_std'], 2)}"
+                row.append(f"**{text}**" if e["score"] == best else text)
+            rows.append(row)
+        return rows
+
+    md += ["## Scores on the test split", ""]
+    md.append(_table(["table", "metric", *models], score_rows(models)))
+    md.append("")
+
+    def rank_section(title: str, rank: Mapping[str, Any], model_list: list[str]) -> None:
+        nonlocal md
+        md += [f"## {title}", ""]
+        if not model_list:
+            md += ["(no models)", ""]
+            return
+        rows = [[t, *[_fmt(rank["ranks"][t][m], 3) for m in model_list]] for t in rank["tables"]]
+        rows.append(["**average rank**", *[f"**{_fmt(rank['mean'][m], 3)}**" for m in model_list]])
+        md.append(_table(["table", *model_list], rows))
+        md.append("")
+        md.append(f"Average over {len(rank['tables'])} table(s) where all of these models have a result.")
+        missing = [t for t in tables if t not in rank["tables"]]
+        if missing:
+            md.append(f" Left out (a model missing): {', '.join(missing)}.")
+        md.append("")
+
+    rank_section("Ranks among the default models", rank_default, defaults)
+    if any(m in present for m in ds.TUNED_MODELS):
+        rank_section("Ranks with the tuned gradient boosting beside them", rank_all, models)
+
+    gbdt = [m for m in ds.GBDT_DEFAULTS if m in present]
+    neural = [m for m in ds.NEURAL_MODELS if m in present]
+    if gbdt and neural:
+        md += ["## Neural models against the best default gradient boosting", ""]
+        md.append(
+            "Ratio of the model's score to the best score among "
+            + ", ".join(gbdt)
+            + " on the table (< 1: the neural model is better)."
+        )
+        md.append("")
+        rows = []
+        ratios: dict[str, list[float]] = defaultdict(list)
+        for t in tables:
+            ref = [scores[t][m]["score"] for m in gbdt if m in scores[t]]
+            if not ref:
+                continue
+            best = min(ref)
+            row: list[Any] = [t, _fmt(best)]
+            for m in neural:
+                if m in scores[t] and best > 0:
+                    r = scores[t][m]["score"] / best
+                    ratios[m].append(r)
+                    row.append(_fmt(r, 3))
+                else:
+                    row.append("–")
+            rows.append(row)
+        rows.append(
+            [
+                "**geometric mean**",
+                "",
+                *[
+                    f"**{_fmt(float(np.exp(np.mean(np.log(ratios[m])))), 3)}**" if ratios[m] else "–"
+                    for m in neural
+                ],
+            ]
+        )
+        rows.append(
+            ["**tables won**", "", *[f"{sum(r < 1 for r in ratios[m])}/{len(ratios[m])}" for m in neural]]
+        )
+        md.append(_table(["table", "best GBDT", *neural], rows))
+        md.append("")
+
+    cls_tables = [t for t in tables if next(iter(scores[t].values()))["primary"] == "log_loss"]
+    if cls_tables:
+        md += ["## Classification: accuracy and AUROC", ""]
+        rows = []
+        for t in cls_tables:
+            row = [t]
+            for m in models:
+                e = scores[t].get(m)
+                row.append(
+                    "–"
+                    if e is None
+                    else f"{_fmt(e['metrics'].get('accuracy'), 3)} / {_fmt(e['metrics'].get('auroc'), 3)}"
+                )
+            rows.append(row)
+        md.append(_table(["table (acc / AUROC)", *models], rows))
+        md.append("")
+
+    md += ["## Fit seconds (wall)", ""]
+    first = [m for m in ("npt", "hgb") if m in present]
+    order = first + [m for m in models if m not in first]
+    rows = [
+        [t, *[_fmt(scores[t][m]["fit_seconds"], 3) if m in scores[t] else "–" for m in order]] for t in tables
+    ]
+    rows.append(
+        [
+            "**total**",
+            *[
+                _fmt(float(sum(scores[t][m]["fit_seconds"] for t in tables if m in scores[t])), 3)
+                for m in order
+            ],
+        ]
+    )
+    md.append(_table(["table", *order], rows))
+    md.append("")
+    md.append(
+        "Tuned models: search plus refit. CPU seconds, predict seconds and the fit's peak RSS are in "
+        "the JSON aggregate."
+    )
+    md.append("")
+
+    if neural:
+        md += ["## When and why each neural fit stopped", ""]
+        rows = []
+        for t in tables:
+            for m in neural:
+                for h in (scores[t].get(m) or {}).get("history") or []:
+                    if not h:
+                        continue
+                    n_steps = h.get("n_steps", h.get("len_steps"))
+                    extra = {
+                        k: v
+                        for k, v in h.items()
+                        if k not in ("best_step", "n_steps", "len_steps", "stop_reason", "seconds",
+                                     "stopped_early", "best_val_loss")
+                        and not k.startswith("len_")
+                        and not isinstance(v, (list, dict))
+                        and v is not None
+                    }  # fmt: skip
+                    rows.append(
+                        [
+                            t,
+                            m,
+                            _fmt(h.get("best_step")),
+                            _fmt(n_steps),
+                            h.get("stop_reason") or "–",
+                            _fmt(h.get("stopped_early")),
+                            _fmt(h.get("best_val_loss")),
+                            _fmt(h.get("seconds"), 3),
+                            ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(extra.items())) or "",
+                        ]
+                    )
+        md.append(
+            _table(
+                ["table", "model", "best step", "steps run", "stop reason", "stopped early",
+                 "best val loss", "train s", "other"],
+                rows,
+            )
+        )  # fmt: skip
+        md.append("")
+
+    tuned = [m for m in ds.TUNED_MODELS if m in present]
+    if tuned:
+        md += ["## Tuned models: search", ""]
+        rows = []
+        for t in tables:
+            for m in tuned:
+                for tu in (scores[t].get(m) or {}).get("tuning") or []:
+                    if tu:
+                        rows.append(
+                            [t, m, tu.get("n_trials"), _fmt(tu.get("best_inner_score")),
+                             _fmt(tu.get("search_seconds"), 3),
+                             json.dumps(tu.get("best_params"), sort_keys=True)]
+                        )  # fmt: skip
+        md.append(_table(["table", "model", "trials", "best inner score", "search s", "best params"], rows))
+        md.append("")
+
+    if agg["status"]:
+        md += ["## Not run or failed", ""]
+        for cell, s in sorted(agg["status"].items()):
+            md.append(f"- `{cell}`: {s}")
+        md.append("")
+
+    out = {
+        "tag": title_tag,
+        "records": len(cells),
+        "stale_ignored": stale,
+        "commands": commands,
+        "code": [json.loads(c) for c in sorted(codes)],
+        "machines": [json.loads(m) for m in sorted(machines)],
+        "tables": tables,
+        "models": models,
+        "scores": scores,
+        "ranks_default": rank_default,
+        "ranks_all": rank_all,
+        "status": agg["status"],
+        "table_info": dict(table_info or {}),
+    }
+    return "\n".join(md).rstrip() + "\n", out
+
+
+def write_report(out_dir: Path, tag: str, include_git: bool = False, log=print) -> Path:
+    jsonl = out_dir / JSONL_NAME
+    records = [r for r in read_records(jsonl) if r.get("tag", "default") == tag]
+    keys = KeyMaker(include_git=include_git)
+    current = [r for r in records if keys.record_is_current(r)]
+    tables = sorted({r["table"] for r in current if r["table"] in ds.TABLES})
+    info = {}
+    for t in tables:
+        try:
+            info[t] = {k: v for k, v in ds.describe_table(t).items() if k != "kinds"}
+        except Exception:  # noqa: BLE001 - the report should not fail on a table it cannot load
+            pass
+    md, agg = build_report(current, title_tag=tag, table_info=info, stale=len(records) - len(current))
+    stem = "tabular_defaults" if tag == "default" else f"tabular_defaults_{tag}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"{stem}.md").write_text(md)
+    (out_dir / f"{stem}.json").write_text(json.dumps(agg, indent=1, default=str, allow_nan=True) + "\n")
+    n_stale = len(records) - len(current)
+    log(f"wrote {out_dir / (stem + '.md')} ({len(current)} current records, {n_stale} stale)")
+    return out_dir / f"{stem}.md"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tables", help=f"comma list (default all): {','.join(ds.TABLES)}")
+    parser.add_argument("--models", help=f"comma list (default all): {','.join(ds.ALL_MODELS)}")
+    parser.add_argument("--splits", type=int, default=1, help="seeded 80/20 splits per table")
+    parser.add_argument("--tuned-trials", type=int, default=20, help="Optuna trials of the tuned models")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--tag", default="default", help="names the report; records carry it")
+    parser.add_argument("--set", action="append", default=[], metavar="MODEL.KEY=VALUE")
+    parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--prune", action="store_true", help="delete stale lines from the JSONL")
+    parser.add_argument("--key-git", action="store_true", help="put git HEAD + dirty flag in the keys")
+    args = parser.parse_args(argv)
+    sets = parse_sets(args.set)
+    jsonl = args.out / JSONL_NAME
+    if not args.report_only:
+        run_grid(args, sets, jsonl)
+    if args.prune and jsonl.exists():
+        kept, dropped = prune(jsonl, KeyMaker(include_git=args.key_git))
+        print(f"pruned {jsonl}: kept {kept}, dropped {dropped}")
+    write_report(args.out, args.tag, include_git=args.key_git)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,340 @@
+#!/usr/bin/env python
+"""Hyperparameter study for NPT's (or SPIN's) defaults on the development suite.
+
+    .venv/bin/python benchmarks/tabular_study.py --trials 40                  # NPT, the small tables
+    .venv/bin/python benchmarks/tabular_study.py --model spin --timeout 3600
+    .venv/bin/python benchmarks/tabular_study.py --tables boston,oj,titanic --trials 20
+    .venv/bin/python benchmarks/tabular_study.py --report-only               # rebuild the report
+
+Optuna TPE (seeded) over estimator overrides (``SEARCH_SPACE`` below: edit it there). Each trial
+fits the model on the inner 80% of each table's training rows (split 0 of ``devsuite``) and scores
+it on the inner 20%: the test rows are never touched. A table's score is divided by HistGradient-
+Boosting's default score on the same inner split (log loss ratio or RMSE ratio); the objective is
+the mean ratio over the tables (< 1: better than HGB at its defaults). The current defaults are
+scored once too (study user attribute ``defaults``) for reference. Fit seconds per table are trial
+user attributes. The study lives in SQLite at ``<out>/tabular_study_<model>.db`` and resumes;
+``<out>/tabular_study_<model>.md`` is written from it at the end and by ``--report-only``.
+Trials record the hash of src/semiparam; the report shows those of the current code (older ones are
+counted, not ranked). Torch runs on 2 threads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import devsuite as ds
+import numpy as np
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+# name -> (kind, choices | (low, high)). A dotted name goes into that options dict of the estimator
+# ("model_options.d_embedding" -> model_options={"d_embedding": ...}); kinds: "categorical",
+# "float", "log_float", "int". Keys missing from NPTConfig/SPINConfig/TrainConfig are skipped.
+SEARCH_SPACE: dict[str, dict[str, tuple]] = {
+    "npt": {
+        "model_options.d_embedding": ("categorical", [8, 16, 32]),
+        "model_options.n_blocks": ("categorical", [2, 4, 6]),
+        "model_options.dropout": ("float", (0.0, 0.3)),
+        "learning_rate": ("log_float", (1e-3, 3e-2)),
+        "p_feature": ("float", (0.0, 0.3)),
+        "max_steps": ("categorical", [200, 400, 800]),
+        "train_options.flat_fraction": ("float", (0.3, 0.9)),
+        "train_options.tradeoff_start": ("float", (0.25, 1.0)),
+        "train_options.feature_transform": ("categorical", ["standard", "quantile"]),
+    },
+    "spin": {
+        "model_options.d_embedding": ("categorical", [8, 16, 32]),
+        "model_options.n_layers": ("categorical", [2, 4, 6]),
+        "model_options.dropout": ("float", (0.0, 0.3)),
+        "learning_rate": ("log_float", (1e-3, 3e-2)),
+        "p_feature": ("float", (0.0, 0.3)),
+        "p_target": ("float", (0.1, 0.9)),
+        "max_steps": ("categorical", [200, 400, 800]),
+        "train_options.flat_fraction": ("float", (0.3, 0.9)),
+        "train_options.tradeoff_start": ("float", (0.25, 1.0)),
+        "train_options.feature_transform": ("categorical", ["standard", "quantile"]),
+    },
+}
+ESTIMATOR_PARAMS = {"learning_rate", "p_feature", "p_target", "max_steps", "batch_size", "patience",
+                    "validation_fraction"}  # fmt: skip
+SEED = 0
+
+
+def valid_space(model: str) -> tuple[dict[str, tuple], list[str]]:
+    """The search space of ``model`` without the keys its configs lack (and those keys)."""
+    import semiparam
+
+    model_config = semiparam.NPTConfig if model == "npt" else semiparam.SPINConfig
+    fields = {
+        "model_options": {f.name for f in dataclasses.fields(model_config)},
+        "train_options": {f.name for f in dataclasses.fields(semiparam.TrainConfig)},
+    }
+    space, skipped = {}, []
+    for name, spec in SEARCH_SPACE[model].items():
+        group, _, key = name.rpartition(".")
+        ok = key in fields[group] if group else key in ESTIMATOR_PARAMS
+        if ok:
+            space[name] = spec
+        else:
+            skipped.append(name)
+    return space, skipped
+
+
+def sample(trial: Any, space: dict[str, tuple]) -> dict[str, Any]:
+    params = {}
+    for name, (kind, arg) in space.items():
+        if kind == "categorical":
+            params[name] = trial.suggest_categorical(name, list(arg))
+        elif kind == "float":
+            params[name] = trial.suggest_float(name, *arg)
+        elif kind == "log_float":
+            params[name] = trial.suggest_float(name, *arg, log=True)
+        elif kind == "int":
+            params[name] = trial.suggest_int(name, *arg)
+        else:
+            raise ValueError(f"unknown kind {kind!r} for {name}")
+    return params
+
+
+def to_overrides(params: dict[str, Any]) -> dict[str, Any]:
+    """{"model_options.d_embedding": 16, "learning_rate": 0.01} -> estimator keyword arguments."""
+    out: dict[str, Any] = {}
+    for name, value in params.items():
+        group, _, key = name.rpartition(".")
+        if group:
+            out.setdefault(group, {})[key] = value
+        else:
+            out[key] = value
+    return out
+
+
+def inner_data(table: str) -> tuple:
+    X_tr, _, y_tr, _ = ds.split_table(table, 0)  # the test part is never used
+    spec = ds.TABLES[table]
+    return ds.inner_split(X_tr, y_tr, spec.task, ds.split_seed(table, 0))
+
+
+def evaluate(model: str, table: str, overrides: dict[str, Any]) -> dict[str, Any]:
+    from semiparam.bench.measure import measure
+
+    spec = ds.TABLES[table]
+    Xa, Xb, ya, yb = inner_data(table)
+    n_classes = len(ds.load_table(table)[2])
+    est = ds.make_model(model, spec.task, ds.split_seed(table, 0), overrides)
+    with measure() as m:
+        est.fit(Xa, ya)
+    metrics = ds.predict_and_score(est, spec.task, Xb, yb, n_classes)
+    out = {"score": metrics[ds.primary_metric(spec.task)], "fit_seconds": m.seconds}
+    if model in ds.NEURAL_MODELS:
+        h = ds.history_summary(est) or {}
+        out["best_step"] = h.get("best_step")
+        out["stop_reason"] = h.get("stop_reason")
+    return out
+
+
+def reference_scores(study: Any, tables: list[str], model: str) -> dict[str, Any]:
+    """HGB-default inner scores (the normaliser) and the model's current defaults, computed once
+    per table and kept in the study's user attributes."""
+    code = ds.code_version()["src_sha256"]
+    hgb = dict(study.user_attrs.get("hgb", {}))
+    for t in tables:
+        if t not in hgb:
+            hgb[t] = evaluate("hgb", t, {})
+    study.set_user_attr("hgb", hgb)
+    defaults = dict(study.user_attrs.get("defaults", {}))
+    if defaults.get("src_sha256") != code:
+        defaults = {"src_sha256": code}
+    for t in tables:
+        if t not in defaults:
+            r = evaluate(model, t, {})
+            r["ratio"] = r["score"] / hgb[t]["score"]
+            defaults[t] = r
+    study.set_user_attr("defaults", defaults)
+    return hgb
+
+
+def make_objective(model: str, tables: list[str], hgb: dict[str, Any], space: dict[str, tuple]):
+    code = ds.code_version()["src_sha256"]
+
+    def objective(trial: Any) -> float:
+        params = sample(trial, space)
+        overrides = to_overrides(params)
+        ratios, fit_seconds, detail = {}, {}, {}
+        for t in tables:
+            r = evaluate(model, t, overrides)
+            ratios[t] = r["score"] / hgb[t]["score"]
+            fit_seconds[t] = r["fit_seconds"]
+            detail[t] = r
+        trial.set_user_attr("ratios", ratios)
+        trial.set_user_attr("fit_seconds", fit_seconds)
+        trial.set_user_attr("total_fit_seconds", float(sum(fit_seconds.values())))
+        trial.set_user_attr("detail", detail)
+        trial.set_user_attr("src_sha256", code)
+        trial.set_user_attr("overrides", overrides)
+        return float(np.mean(list(ratios.values())))
+
+    return objective
+
+
+def _fmt(x: Any, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    if isinstance(x, float):
+        return f"{x:.{digits}g}" if abs(x) < 1 else f"{x:.{digits}f}"
+    return str(x)
+
+
+def write_report(study: Any, model: str, out: Path, top: int = 10) -> Path:
+    import optuna
+
+    code = ds.code_version()["src_sha256"]
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    current = [t for t in complete if t.user_attrs.get("src_sha256") == code]
+    failed = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
+    ranked = sorted(current, key=lambda t: t.value)[:top]
+    tables = sorted({k for t in current for k in t.user_attrs.get("ratios", {})}) or sorted(
+        k for k in study.user_attrs.get("hgb", {})
+    )
+    md = [f"# {model.upper()} hyperparameter study on the development suite", ""]
+    md.append(
+        "Generated by `benchmarks/tabular_study.py` from the Optuna study "
+        f"`{study.study_name}` (`tabular_study_{model}.db`). Objective: mean over the tables of the "
+        "model's inner-validation score divided by HistGradientBoosting's default score on the same "
+        "split (log loss or RMSE ratio; lower is better; < 1 beats HGB). Inner split: 80/20 of the "
+        "training rows of split 0; the test rows are never used."
+    )
+    md.append("")
+    md.append(
+        f"Trials: {len(study.trials)} ({len(complete)} complete, {len(failed)} failed); "
+        f"{len(current)} with the current code (src {code}); {len(complete) - len(current)} older ones "
+        "not ranked."
+    )
+    md.append("")
+    md += ["Commands:", "", "```", *study.user_attrs.get("commands", []), "```", ""]
+    hgb = study.user_attrs.get("hgb", {})
+    defaults = study.user_attrs.get("defaults", {})
+    if hgb:
+        md += ["## References (inner validation)", ""]
+        header = [
+            "table",
+            "HGB default score",
+            f"{model} defaults score",
+            "ratio",
+            "fit s",
+            "best step",
+            "stop",
+        ]
+        md.append("| " + " | ".join(header) + " |")
+        md.append("|" + "---|" * len(header))
+        for t in tables:
+            d = defaults.get(t) if defaults.get("src_sha256") == code else None
+            d = d or {}
+            md.append(
+                f"| {t} | {_fmt(hgb.get(t, {}).get('score'), 4)} | {_fmt(d.get('score'), 4)} | "
+                f"{_fmt(d.get('ratio'))} | {_fmt(d.get('fit_seconds'))} | {_fmt(d.get('best_step'))} | "
+                f"{d.get('stop_reason') or '–'} |"
+            )
+        if defaults.get("src_sha256") == code:
+            ratios = [defaults[t]["ratio"] for t in tables if t in defaults]
+            if ratios:
+                md.append(f"| **mean ratio** | | | **{_fmt(float(np.mean(ratios)))}** | | | |")
+        md.append("")
+    md += [f"## Top {len(ranked)} trials", ""]
+    header = ["trial", "objective", *tables, "fit s (all tables)", "params"]
+    md.append("| " + " | ".join(header) + " |")
+    md.append("|" + "---|" * len(header))
+    for t in ranked:
+        ratios = t.user_attrs.get("ratios", {})
+        md.append(
+            f"| {t.number} | {_fmt(t.value, 4)} | "
+            + " | ".join(_fmt(ratios.get(tb)) for tb in tables)
+            + f" | {_fmt(t.user_attrs.get('total_fit_seconds'))} | `{json.dumps(t.params, sort_keys=True)}` |"
+        )
+    md.append("")
+    if ranked:
+        best = ranked[0]
+        md += ["## Best trial: per table", ""]
+        md.append("| table | ratio | fit s | best step | stop |")
+        md.append("|---|---|---|---|---|")
+        for tb in tables:
+            d = best.user_attrs.get("detail", {}).get(tb, {})
+            ratio = best.user_attrs.get("ratios", {}).get(tb)
+            md.append(
+                f"| {tb} | {_fmt(ratio)} | {_fmt(d.get('fit_seconds'))} | "
+                f"{_fmt(d.get('best_step'))} | {d.get('stop_reason') or '–'} |"
+            )
+        md.append("")
+        md.append("Overrides: `" + json.dumps(best.user_attrs.get("overrides"), sort_keys=True) + "`")
+        md.append("")
+    path = out / f"tabular_study_{model}.md"
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(md).rstrip() + "\n")
+    print(f"wrote {path}")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", choices=list(ds.NEURAL_MODELS), default="npt")
+    parser.add_argument("--tables", help=f"comma list (default {','.join(ds.SMALL_TABLES)})")
+    parser.add_argument("--trials", type=int, default=20)
+    parser.add_argument("--timeout", type=float, default=None, help="seconds for this invocation")
+    parser.add_argument("--seed", type=int, default=SEED)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--report-only", action="store_true")
+    args = parser.parse_args(argv)
+
+    import optuna
+    import torch
+
+    torch.set_num_threads(ds.N_THREADS)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    args.out.mkdir(parents=True, exist_ok=True)
+    storage = f"sqlite:///{(args.out / f'tabular_study_{args.model}.db').resolve()}"
+    tables = (
+        [t.strip() for t in args.tables.split(",") if t.strip()] if args.tables else list(ds.SMALL_TABLES)
+    )
+    unknown = [t for t in tables if t not in ds.TABLES]
+    if unknown:
+        raise SystemExit(f"unknown tables {unknown}; choose from {list(ds.TABLES)}")
+    study_name = f"{args.model}:{','.join(sorted(tables))}"
+    study = optuna.create_study(
+        study_name=study_name,
+        storage=storage,
+        load_if_exists=True,
+        direction="minimize",
+        sampler=optuna.samplers.TPESampler(seed=args.seed),
+    )
+    if not args.report_only:
+        space, skipped = valid_space(args.model)
+        if skipped:
+            print(f"search space: skipping keys the configs lack: {skipped}")
+        command = " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])
+        commands = list(study.user_attrs.get("commands", []))
+        if command not in commands:
+            study.set_user_attr("commands", [*commands, command])
+        study.set_user_attr("space", {k: list(v) for k, v in space.items()})
+        study.set_user_attr("machine", ds.machine())
+        start = time.perf_counter()
+        hgb = reference_scores(study, tables, args.model)
+        print(f"references done in {time.perf_counter() - start:.0f}s")
+        study.optimize(
+            make_objective(args.model, tables, hgb, space),
+            n_trials=args.trials,
+            timeout=args.timeout,
+            catch=(Exception,),
+        )
+    write_report(study, args.model, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
