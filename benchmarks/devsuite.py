@@ -921,7 +921,11 @@ def history_summary(model: Any) -> dict[str, Any] | None:
         return None
     if history is None:
         return None
-    raw = history.to_dict() if hasattr(history, "to_dict") else dict(vars(history))
+    if hasattr(history, "summary"):  # an ensemble: per-member facts, no per-step curves
+        raw = {**history.summary(), "best_step": history.best_step, "stop_reason": history.stop_reason,
+               "stopped_early": history.stopped_early}
+    else:
+        raw = history.to_dict() if hasattr(history, "to_dict") else dict(vars(history))
     out: dict[str, Any] = {}
     for key, value in raw.items():
         if _is_long(value):

@@ -38,29 +38,24 @@ RESULTS = Path(__file__).resolve().parent / "results"
 # name -> (kind, choices | (low, high)). A dotted name goes into that options dict of the estimator
 # ("model_options.d_embedding" -> model_options={"d_embedding": ...}); kinds: "categorical",
 # "float", "log_float", "int". Keys missing from NPTConfig/SPINConfig/TrainConfig are skipped.
+_COMMON: dict[str, tuple] = {
+    "model_options.d_embedding": ("categorical", [8, 16, 32]),
+    "model_options.dropout": ("float", (0.0, 0.3)),
+    "model_options.n_frequencies": ("categorical", [0, 16]),
+    "model_options.frequency_scale": ("log_float", (0.1, 3.0)),
+    "learning_rate": ("log_float", (2e-3, 3e-2)),
+    "p_feature": ("float", (0.0, 0.3)),
+    "patience": ("categorical", [4, 8, 16]),
+    "train_options.tradeoff_start": ("float", (0.0, 1.0)),
+    "train_options.tradeoff_steps": ("categorical", [100, 300, 1000]),
+    "train_options.feature_transform": ("categorical", ["standard", "quantile"]),
+}
 SEARCH_SPACE: dict[str, dict[str, tuple]] = {
-    "npt": {
-        "model_options.d_embedding": ("categorical", [8, 16, 32]),
-        "model_options.n_blocks": ("categorical", [2, 4, 6]),
-        "model_options.dropout": ("float", (0.0, 0.3)),
-        "learning_rate": ("log_float", (1e-3, 3e-2)),
-        "p_feature": ("float", (0.0, 0.3)),
-        "max_steps": ("categorical", [200, 400, 800]),
-        "train_options.flat_fraction": ("float", (0.3, 0.9)),
-        "train_options.tradeoff_start": ("float", (0.25, 1.0)),
-        "train_options.feature_transform": ("categorical", ["standard", "quantile"]),
-    },
+    "npt": {**_COMMON, "model_options.n_blocks": ("categorical", [2, 4])},
     "spin": {
-        "model_options.d_embedding": ("categorical", [8, 16, 32]),
-        "model_options.n_layers": ("categorical", [2, 4, 6]),
-        "model_options.dropout": ("float", (0.0, 0.3)),
-        "learning_rate": ("log_float", (1e-3, 3e-2)),
-        "p_feature": ("float", (0.0, 0.3)),
+        **_COMMON,
+        "model_options.n_layers": ("categorical", [1, 2, 3]),
         "p_target": ("float", (0.1, 0.9)),
-        "max_steps": ("categorical", [200, 400, 800]),
-        "train_options.flat_fraction": ("float", (0.3, 0.9)),
-        "train_options.tradeoff_start": ("float", (0.25, 1.0)),
-        "train_options.feature_transform": ("categorical", ["standard", "quantile"]),
     },
 }
 ESTIMATOR_PARAMS = {"learning_rate", "p_feature", "p_target", "max_steps", "batch_size", "patience",
@@ -192,10 +187,11 @@ def _fmt(x: Any, digits: int = 3) -> str:
     return str(x)
 
 
-def write_report(study: Any, model: str, out: Path, top: int = 10) -> Path:
+def write_report(study: Any, model: str, out: Path, top: int = 10, code: str | None = None) -> Path:
+    """``code``: the src hash whose trials are ranked (default: the current tree's)."""
     import optuna
 
-    code = ds.code_version()["src_sha256"]
+    code = code or ds.code_version()["src_sha256"]
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     current = [t for t in complete if t.user_attrs.get("src_sha256") == code]
     failed = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
@@ -290,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--code", help="rank the trials made with this src hash (default: the current tree)")
     args = parser.parse_args(argv)
 
     import optuna
@@ -332,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
             timeout=args.timeout,
             catch=(Exception,),
         )
-    write_report(study, args.model, args.out)
+    write_report(study, args.model, args.out, code=args.code)
     return 0
 
 

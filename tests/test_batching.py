@@ -5,6 +5,7 @@ import torch
 
 from semiparam import NPTClassifier
 from semiparam.estimators._engine import split_validation, stratified_order
+from semiparam.training.config import TrainConfig
 from semiparam.training.trainer import BestCheckpoint
 
 from .conftest import TINY_MODEL
@@ -49,6 +50,11 @@ class _FakeTrainer:
         self.model = torch.nn.Linear(2, 1)
         self.history = TrainHistory()
         self.stop = False
+        self.config = TrainConfig()
+
+    def request_stop(self, step, reason):
+        self.stop = True
+        self.history.stopped_early = reason == "plateau"
 
 
 def test_best_checkpoint_restores_best_weights_and_stops():

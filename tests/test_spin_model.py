@@ -272,7 +272,9 @@ def test_trainer_anneals_lambda_from_half_and_learns():
     torch.manual_seed(0)
     layout = ColumnLayout(("continuous", "continuous", "categorical"), (0, 0, 2))
     model = SPIN(SPINConfig(d_embedding=8, n_heads=2, n_layers=1, dropout=0.0), layout)
-    config = TrainConfig.preset("cpu", model="spin").replace(max_steps=80, learning_rate=3e-3)
+    config = TrainConfig.preset("cpu", model="spin").replace(
+        max_steps=80, learning_rate=3e-3, tradeoff_steps=None
+    )
     trainer = Trainer(
         model, layout, torch.tensor([False, False, True]), config, generator=torch.Generator().manual_seed(0)
     )

@@ -96,7 +96,13 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
     frame = read_table(args.data, _split_list(args.na_values))
     targets = _split_list(args.target) or []
-    predictor = TablePredictor(targets=targets, loss=args.loss, **_training_kwargs(args))
+    predictor = TablePredictor(
+        targets=targets,
+        loss=args.loss,
+        time_budget=args.time_budget,
+        n_estimators=args.n_estimators,
+        **_training_kwargs(args),
+    )
     start = time.perf_counter()
     predictor.fit(frame)
     seconds = time.perf_counter() - start
@@ -126,13 +132,18 @@ def cmd_fit(args: argparse.Namespace) -> int:
         "final_train_loss": history.train_loss[-1],
         "best_val_loss": history.best_val_loss,
         "best_step": history.best_step,
+        "stop_reason": history.stop_reason,
+        "ensemble": history.summary(),
         "history": history.to_dict(),
     }
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
     predictor.save(out / "model")
     best = ""
     if history.best_val_loss is not None:
-        best = f", best validation loss {history.best_val_loss:.4f} at step {history.best_step}"
+        best = (
+            f", best validation loss {history.best_val_loss:.4f} at step {history.best_step}"
+            f" of {history.n_steps} (stopped: {history.stop_reason})"
+        )
     print(f"fitted {args.model} on {len(frame)} rows in {seconds:.1f}s{best}; run written to {out}")
     return 0
 
@@ -193,6 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", required=True, help="target column(s), comma-separated")
     p.add_argument("--loss", default="squared_error", help="squared_error | gaussian (continuous targets)")
     p.add_argument("--out", help="run directory (default runs/<model>-<time>)")
+    p.add_argument("--time-budget", type=float, help="seconds of training (stops and anneals before)")
+    p.add_argument("--n-estimators", type=int, default=1, help="ensemble members (default 1)")
     common(p)
     p.set_defaults(func=cmd_fit)
 

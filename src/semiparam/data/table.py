@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -203,18 +203,40 @@ class EncodedTable:
     missing: np.ndarray  # (n, d) bool
 
 
+def _quantile_transformer(quantiles: Sequence[float], references: Sequence[float]) -> Any:
+    """A fitted one-column ``QuantileTransformer`` (to a standard normal) from its stored state."""
+    from sklearn.preprocessing import QuantileTransformer
+
+    qt = QuantileTransformer(n_quantiles=len(references), output_distribution="normal")
+    qt.quantiles_ = np.asarray(quantiles, dtype=np.float64).reshape(-1, 1)
+    qt.references_ = np.asarray(references, dtype=np.float64)
+    qt.n_features_in_ = 1
+    return qt
+
+
 @dataclass
 class TableEncoder:
-    """Fitted on training rows only: per continuous column a mean and a (population) std."""
+    """Fitted on training rows only: per continuous column a mean and a (population) std, and for
+    the columns in ``quantiles`` a quantile map to a standard normal (applied before the
+    standardisation; see ``TrainConfig.feature_transform``)."""
 
     schema: TableSchema
     means: dict[str, float]
     stds: dict[str, float]
+    quantiles: dict[str, dict[str, list[float]]] = field(default_factory=dict)
 
     @classmethod
-    def fit(cls, frame: pd.DataFrame, schema: TableSchema) -> TableEncoder:
+    def fit(
+        cls, frame: pd.DataFrame, schema: TableSchema, *, quantile_columns: Sequence[str] = ()
+    ) -> TableEncoder:
+        """``quantile_columns``: continuous columns mapped through scikit-learn's
+        ``QuantileTransformer`` (normal output, one quantile per 30 rows, 10 to 1,000) fitted on
+        ``frame``; columns with at most two distinct values are only standardised."""
+        from sklearn.preprocessing import QuantileTransformer
+
         means: dict[str, float] = {}
         stds: dict[str, float] = {}
+        quantiles: dict[str, dict[str, list[float]]] = {}
         for spec in schema.columns:
             if spec.kind != CONTINUOUS:
                 continue
@@ -222,10 +244,33 @@ class TableEncoder:
             x = x[~np.isnan(x)]
             if x.size == 0:
                 raise DataValidationError(f"column {spec.name!r} has no observed values (all missing)")
+            if spec.name in quantile_columns and np.unique(x).size > 2:
+                # one quantile per 30 rows (10 to 1,000), the usual recipe of tabular deep
+                # learning: a summary of the column's distribution, not a copy of its values
+                n_quantiles = max(min(x.size // 30, 1000), 10)
+                qt = QuantileTransformer(
+                    n_quantiles=n_quantiles, output_distribution="normal", subsample=10**9
+                ).fit(x.reshape(-1, 1))
+                quantiles[spec.name] = {
+                    "quantiles": qt.quantiles_[:, 0].tolist(),
+                    "references": qt.references_.tolist(),
+                }
+                x = qt.transform(x.reshape(-1, 1))[:, 0]
             mean, std = float(x.mean()), float(x.std())
             means[spec.name] = mean
             stds[spec.name] = std if std > 0 else 1.0  # a constant column stays 0 after centring
-        return cls(schema, means, stds)
+        return cls(schema, means, stds, quantiles)
+
+    def _forward_map(self, name: str, x: np.ndarray) -> np.ndarray:
+        q = self.quantiles.get(name)
+        if q is None:
+            return x
+        out = np.full_like(x, np.nan)
+        ok = ~np.isnan(x)
+        if ok.any():
+            qt = _quantile_transformer(q["quantiles"], q["references"])
+            out[ok] = qt.transform(x[ok].reshape(-1, 1))[:, 0]
+        return out
 
     def align(self, frame: pd.DataFrame, columns: Sequence[str] | None = None) -> pd.DataFrame:
         """Check that ``frame`` has the named columns (default: all); return them in schema order."""
@@ -257,7 +302,7 @@ class TableEncoder:
             if spec.kind == CONTINUOUS:
                 x = _numeric_column(col, spec.name)
                 miss = np.isnan(x)
-                z = (x - self.means[spec.name]) / self.stds[spec.name]
+                z = (self._forward_map(spec.name, x) - self.means[spec.name]) / self.stds[spec.name]
                 values[:, j] = np.where(miss, 0.0, z)
             else:
                 codes = _category_codes(col, spec)
@@ -267,14 +312,29 @@ class TableEncoder:
         return EncodedTable(values, missing)
 
     def decode_continuous(self, name: str, z: np.ndarray) -> np.ndarray:
-        return z * self.stds[name] + self.means[name]
+        x = z * self.stds[name] + self.means[name]
+        q = self.quantiles.get(name)
+        if q is None:
+            return x
+        qt = _quantile_transformer(q["quantiles"], q["references"])
+        return qt.inverse_transform(np.asarray(x, dtype=np.float64).reshape(-1, 1))[:, 0]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": self.schema.to_dict(), "means": self.means, "stds": self.stds}
+        return {
+            "schema": self.schema.to_dict(),
+            "means": self.means,
+            "stds": self.stds,
+            "quantiles": self.quantiles,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TableEncoder:
-        return cls(TableSchema.from_dict(d["schema"]), dict(d["means"]), dict(d["stds"]))
+        return cls(
+            TableSchema.from_dict(d["schema"]),
+            dict(d["means"]),
+            dict(d["stds"]),
+            dict(d.get("quantiles", {})),
+        )
 
 
 def _category_codes(col: pd.Series, spec: ColumnSpec) -> np.ndarray:

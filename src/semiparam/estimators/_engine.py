@@ -119,6 +119,19 @@ class TableLearner:
         _, module_cls = get_model(self.model_name)
         return module_cls(self.model_config, self.schema.layout()).to(self.device)
 
+    def fit_encoder(self, frame: pd.DataFrame, schema: TableSchema, unlabeled: pd.DataFrame | None) -> None:
+        """Fit the table encoder on the training-visible rows (``frame`` and the unlabelled rows'
+        features), never on a held-out target (spec-npt section 9, item 10)."""
+        stats_frame = frame
+        if unlabeled is not None:
+            stats_frame = pd.concat([frame, unlabeled.reindex(columns=frame.columns)], ignore_index=True)
+        quantile_columns: list[str] = []
+        if self.train_config.feature_transform == "quantile":
+            quantile_columns = [
+                c.name for c in schema.columns if c.kind != CATEGORICAL and c.name not in schema.targets
+            ]
+        self.encoder = TableEncoder.fit(stats_frame, schema, quantile_columns=quantile_columns)
+
     def fit(
         self,
         frame: pd.DataFrame,
@@ -128,25 +141,34 @@ class TableLearner:
     ) -> TableLearner:
         """Train on ``frame`` (all schema columns). ``unlabeled`` rows (features only) join
         training with their targets hidden: the paper's transductive mode."""
-        cfg = self.train_config
-        stats_frame = frame
-        if unlabeled is not None:
-            # NOTE: standardisation uses the training-visible rows (train + unlabeled features),
-            # never any held-out target (spec-npt section 9, item 10).
-            stats_frame = pd.concat([frame, unlabeled.reindex(columns=frame.columns)], ignore_index=True)
-        self.encoder = TableEncoder.fit(stats_frame, schema)
+        self.fit_encoder(frame, schema, unlabeled)
+        assert self.encoder is not None
         enc = self.encoder.transform(frame)
+        enc_u = None
+        if unlabeled is not None and len(unlabeled):
+            enc_u = self.encoder.transform(unlabeled, absent=schema.targets)
+        return self.fit_encoded(self.encoder, enc, enc_u)
+
+    def fit_encoded(
+        self, encoder: TableEncoder, enc: EncodedTable, enc_u: EncodedTable | None = None
+    ) -> TableLearner:
+        """Train on rows already encoded by ``encoder`` (shared by the members of an ensemble);
+        ``enc_u``: unlabelled rows (targets missing) that join training."""
+        cfg = self.train_config
+        self.encoder = encoder
+        schema = encoder.schema
         rng = np.random.default_rng(self.seed)
         strata = self._strata(enc)
         has_targets = bool(schema.targets)
+        # NOTE[DIFF]: the paper selects checkpoints on the benchmark's own validation split; an
+        # estimator gets one table, so a stratified share of it is held out for that.
         train_idx, val_idx = split_validation(
-            len(frame), cfg.validation_fraction if has_targets else 0.0, strata, rng
+            len(enc.values), cfg.validation_fraction if has_targets else 0.0, strata, rng
         )
         train_values = enc.values[train_idx]
         train_missing = enc.missing[train_idx]
         labelled = np.ones(len(train_idx), dtype=bool)
-        if unlabeled is not None and len(unlabeled):
-            enc_u = self.encoder.transform(unlabeled, absent=schema.targets)
+        if enc_u is not None:
             train_values = np.concatenate([train_values, enc_u.values])
             train_missing = np.concatenate([train_missing, enc_u.missing])
             labelled = np.concatenate([labelled, np.zeros(len(enc_u.values), dtype=bool)])
@@ -180,7 +202,7 @@ class TableLearner:
             callbacks: list[Any] = [ProgressBar(self.verbose, f"{self.model_name} fit")]
             evaluate = None
             if len(val_idx):
-                callbacks.append(BestCheckpoint(cfg.patience))
+                callbacks.append(BestCheckpoint(cfg.patience, cfg.smoothing))
                 val = EncodedTable(enc.values[val_idx], enc.missing[val_idx])
                 ctx = EncodedTable(enc.values[train_idx], enc.missing[train_idx])
                 evaluate = lambda: self._target_loss(ctx, val)  # noqa: E731

@@ -20,7 +20,7 @@ from .._config import ConfigError
 from ..data.table import DataValidationError, check_table
 from ..models.registry import get_model
 from ..training.config import TrainConfig
-from ._engine import TableLearner
+from ._ensemble import EnsembleLearner
 
 # estimator arguments that override fields of TrainConfig when not None
 _TRAIN_ARGS = (
@@ -31,6 +31,7 @@ _TRAIN_ARGS = (
     "p_target",
     "validation_fraction",
     "patience",
+    "time_budget",
 )
 
 
@@ -46,6 +47,9 @@ class TableEstimatorMixin(BaseEstimator):
             model_config = config_cls.from_dict(dict(self.model_options), base=model_config)
         train_config = TrainConfig.preset(self.preset, model=self._model_name)
         explicit = {name: getattr(self, name) for name in _TRAIN_ARGS if getattr(self, name) is not None}
+        default_steps = getattr(self, "_default_max_steps", None)
+        if default_steps is not None and "max_steps" not in {**explicit, **(self.train_options or {})}:
+            explicit["max_steps"] = default_steps
         options = dict(self.train_options or {})
         clash = sorted(set(explicit) & set(options))
         if clash:
@@ -56,11 +60,20 @@ class TableEstimatorMixin(BaseEstimator):
     def _adjust_model_config(self, model_config: Any) -> Any:
         return model_config
 
-    def _new_learner(self) -> TableLearner:
+    def _new_learner(self) -> EnsembleLearner:
         model_config, train_config = self._configs()
         seed = check_random_state(self.random_state).randint(0, 2**31 - 1)
-        return TableLearner(
-            self._model_name, model_config, train_config, device=self.device, seed=seed, verbose=self.verbose
+        n_members = getattr(self, "n_estimators", 1)
+        if isinstance(n_members, bool) or not isinstance(n_members, (int, np.integer)) or n_members < 1:
+            raise ConfigError(f"n_estimators must be an integer >= 1, got {n_members!r}")
+        return EnsembleLearner(
+            self._model_name,
+            model_config,
+            train_config,
+            n_members=int(n_members),
+            device=self.device,
+            seed=seed,
+            verbose=self.verbose,
         )
 
     def _as_frame(self, X: Any, *, reset: bool) -> pd.DataFrame:
@@ -142,7 +155,7 @@ class TableEstimatorMixin(BaseEstimator):
     @classmethod
     def load(cls, path: str | Path, *, device: str | None = None) -> Any:
         """Load an estimator written by :meth:`save`; it predicts exactly as the saved one."""
-        learner, extra = TableLearner.load(path, device=device)
+        learner, extra = EnsembleLearner.load(path, device=device)
         if extra.get("class") != cls.__name__:
             raise ValueError(f"{path} holds a {extra.get('class')}, not a {cls.__name__}")
         params = dict(extra["params"])

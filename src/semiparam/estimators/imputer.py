@@ -61,6 +61,11 @@ class TableImputer(TransformerMixin, TableEstimatorMixin):
     p_target = None
     validation_fraction = None
     patience = None
+    time_budget = None
+    n_estimators = 1
+    # with nothing to validate on, the adaptive schedule would run to its ceiling: an imputer
+    # trains for this many steps unless max_steps is given
+    _default_max_steps = 400
 
     @property
     def _model_name(self) -> str:  # type: ignore[override]

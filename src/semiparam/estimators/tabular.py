@@ -80,7 +80,15 @@ _PARAMS_DOC = """
         Model and training preset: ``cpu`` (default, minutes on a laptop), the paper's NPT-Small or
         NPT-Base settings.
     max_steps, batch_size, learning_rate, p_feature, p_target, validation_fraction, patience :
-        Override the preset's training settings (see ``TrainConfig``) when not None.
+        Override the preset's training settings (see ``TrainConfig``) when not None. With the
+        ``cpu`` preset training stops by itself when the validation loss stops improving
+        (``max_steps`` is then a ceiling); ``history_`` says at which step and why.
+    time_budget : float, optional
+        Seconds of training for the whole fit (all members together); the learning rate is
+        annealed before the budget runs out.
+    n_estimators : int
+        Members of the ensemble: each trained with its own seed and validation split; their
+        predictions are averaged (probabilities, or a Gaussian mixture).
     categorical_features : list of column names or indices, optional
         Force these feature columns to be categorical (default: inferred from dtypes).
     model_options, train_options : dict, optional
@@ -107,6 +115,8 @@ class TableClassifier(ClassifierMixin, _SupervisedTableEstimator):
         p_target: float | None = None,
         validation_fraction: float | None = None,
         patience: int | None = None,
+        time_budget: float | None = None,
+        n_estimators: int = 1,
         categorical_features: Sequence[Any] | None = None,
         model_options: dict[str, Any] | None = None,
         train_options: dict[str, Any] | None = None,
@@ -188,6 +198,8 @@ class TableRegressor(RegressorMixin, _ContinuousLossMixin, _SupervisedTableEstim
         p_target: float | None = None,
         validation_fraction: float | None = None,
         patience: int | None = None,
+        time_budget: float | None = None,
+        n_estimators: int = 1,
         categorical_features: Sequence[Any] | None = None,
         model_options: dict[str, Any] | None = None,
         train_options: dict[str, Any] | None = None,
@@ -275,6 +287,8 @@ class TablePredictor(_ContinuousLossMixin, _SupervisedTableEstimator):
         p_target: float | None = None,
         validation_fraction: float | None = None,
         patience: int | None = None,
+        time_budget: float | None = None,
+        n_estimators: int = 1,
         categorical_features: Sequence[Any] | None = None,
         model_options: dict[str, Any] | None = None,
         train_options: dict[str, Any] | None = None,

@@ -44,10 +44,16 @@ class NPTConfig(FrozenConfig):
     use_aba: bool = True  # False = the "NPT without ABA" ablation (ABD blocks only)
     embedding_layer_norm: bool = False
     gaussian_head: bool = False  # NOTE[DIFF]: a mean + scale head for continuous columns (not in paper)
+    # periodic embedding of continuous values (0 = the paper's linear embedding only; see
+    # nn.columns.ColumnEmbedding): number of learned frequencies per column and their init scale
+    n_frequencies: int = 0
+    frequency_scale: float = 1.0
 
     def validate(self) -> None:
         if self.d_embedding < 1 or self.n_heads < 1:
             raise ConfigError("d_embedding and n_heads must be positive")
+        if self.n_frequencies < 0 or not self.frequency_scale > 0:
+            raise ConfigError("n_frequencies must be >= 0 and frequency_scale > 0")
         if self.d_embedding % self.n_heads:
             raise ConfigError(f"n_heads ({self.n_heads}) must divide d_embedding ({self.d_embedding})")
         if self.n_blocks < 2 or self.n_blocks % 2:
@@ -59,8 +65,10 @@ class NPTConfig(FrozenConfig):
 
     @classmethod
     def cpu(cls) -> NPTConfig:
-        """Small enough to train on a laptop CPU in minutes on tables of a few hundred rows."""
-        return cls()
+        """Small enough to train on a laptop CPU in seconds to a minute on tables of a few
+        thousand rows; periodic numeric embeddings (see ``n_frequencies``), chosen by the study in
+        ``benchmarks/tabular_study.py``."""
+        return cls(n_frequencies=16, frequency_scale=0.5)
 
     @classmethod
     def paper_small(cls) -> NPTConfig:
@@ -140,7 +148,13 @@ class NPT(nn.Module):
         self.config = config
         self.layout = layout
         d, e = layout.n_columns, config.d_embedding
-        self.embedding = ColumnEmbedding(layout, e, dropout=config.dropout)
+        self.embedding = ColumnEmbedding(
+            layout,
+            e,
+            dropout=config.dropout,
+            n_frequencies=config.n_frequencies,
+            frequency_scale=config.frequency_scale,
+        )
         self.embedding_norm = nn.LayerNorm(e, eps=1e-12) if config.embedding_layer_norm else None
         blocks: list[nn.Module] = []
         for i in range(config.n_blocks if config.use_aba else config.n_blocks // 2):

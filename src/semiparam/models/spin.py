@@ -65,6 +65,8 @@ class SPINConfig(FrozenConfig):
     # embedding's dropout (ColumnEmbedding owns it), the code normalises before dropout
     embedding_layer_norm: bool = True
     gaussian_head: bool = False  # NOTE[DIFF]: a mean + scale head for continuous columns (not in paper)
+    n_frequencies: int = 0  # periodic numeric embedding, as NPTConfig (0 = the paper's linear one)
+    frequency_scale: float = 1.0
     # "encoded": predict from Encoder(training rows) (the paper, section 3.1); "learned": from the
     # learned initial H_D, which is what the reference code does by default (spec 2.3 (a)).
     inference_latents: Literal["encoded", "learned"] = "encoded"
@@ -74,6 +76,8 @@ class SPINConfig(FrozenConfig):
         for name in ("d_embedding", "n_inducing_points", "n_latent_attributes", "n_layers", "n_heads"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.n_frequencies < 0 or not self.frequency_scale > 0:
+            raise ConfigError("n_frequencies must be >= 0 and frequency_scale > 0")
         if self.d_embedding % self.n_heads:
             raise ConfigError(f"n_heads ({self.n_heads}) must divide d_embedding ({self.d_embedding})")
         for name in ("dropout", "attention_dropout"):
@@ -85,8 +89,9 @@ class SPINConfig(FrozenConfig):
 
     @classmethod
     def cpu(cls) -> SPINConfig:
-        """Small enough to train on a laptop CPU in minutes: e=16, h=f=10, 2 layers, 4 heads."""
-        return cls()
+        """Small enough to train on a laptop CPU in minutes: e=16, h=f=10, 2 layers, 4 heads,
+        periodic numeric embeddings as NPT's cpu preset."""
+        return cls(n_frequencies=16, frequency_scale=0.5)
 
     @classmethod
     def paper_small(cls) -> SPINConfig:
@@ -187,7 +192,13 @@ class SPIN(nn.Module):
         d, e = layout.n_columns, config.d_embedding
         # NOTE[DIFF-free]: with f >= d the reference code skips the projection and starts from D.
         self.n_latents = min(config.n_latent_attributes, d)
-        self.embedding = ColumnEmbedding(layout, e, dropout=config.dropout)
+        self.embedding = ColumnEmbedding(
+            layout,
+            e,
+            dropout=config.dropout,
+            n_frequencies=config.n_frequencies,
+            frequency_scale=config.frequency_scale,
+        )
         self.embedding_norm = nn.LayerNorm(e, eps=1e-12) if config.embedding_layer_norm else None
         # H_A^0: Linear(d -> f) along the attribute axis, shared over channels and rows (spec 9.4)
         self.row_projection = nn.Linear(d, self.n_latents) if self.n_latents < d else None

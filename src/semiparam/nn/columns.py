@@ -75,7 +75,15 @@ class ColumnOutputs:
 class ColumnEmbedding(nn.Module):
     """``(values, hidden) (n, d) -> (n, d, d_embedding)``."""
 
-    def __init__(self, layout: ColumnLayout, d_embedding: int, *, dropout: float = 0.1) -> None:
+    def __init__(
+        self,
+        layout: ColumnLayout,
+        d_embedding: int,
+        *,
+        dropout: float = 0.1,
+        n_frequencies: int = 0,
+        frequency_scale: float = 1.0,
+    ) -> None:
         super().__init__()
         self.layout = layout
         cont = layout.continuous
@@ -105,8 +113,27 @@ class ColumnEmbedding(nn.Module):
             self.type_embedding = nn.Embedding(2, d_embedding)
             col_type = torch.tensor([int(k == CATEGORICAL) for k in layout.kinds], dtype=torch.long)
             self.register_buffer("col_type", col_type, persistent=False)
+        # NOTE[DIFF]: optional periodic embedding of continuous values (Gorishniy et al. 2022,
+        # "On Embeddings for Numerical Features", PLR): ReLU(Linear([sin 2pi c x, cos 2pi c x]))
+        # with learned per-column frequencies c ~ N(0, frequency_scale^2), added to the paper's
+        # linear embedding. A linear map of one scalar gives every value the same direction in
+        # embedding space; the periodic part lets attention tell nearby values apart.
+        self.n_frequencies = n_frequencies
+        if n_frequencies and cont:
+            k = n_frequencies
+            self.frequencies = nn.Parameter(torch.randn(len(cont), k) * frequency_scale)
+            bound = 1.0 / math.sqrt(2 * k)
+            self.periodic_weight = nn.Parameter(_uniform((len(cont), 2 * k, d_embedding), bound))
+            self.periodic_bias = nn.Parameter(_uniform((len(cont), d_embedding), bound))
         self.dropout = nn.Dropout(dropout)
         self.d_embedding = d_embedding
+
+    def _periodic(self, x: Tensor) -> Tensor:
+        """``(n, n_cont) -> (n, n_cont, e)``: the periodic part of the continuous embedding."""
+        angles = 2 * math.pi * x.unsqueeze(-1) * self.frequencies  # (n, n_cont, k)
+        feats = torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1)  # (n, n_cont, 2k)
+        out = torch.einsum("nck,cke->nce", feats, self.periodic_weight) + self.periodic_bias
+        return torch.relu(out)
 
     def forward(self, values: Tensor, hidden: Tensor) -> Tensor:
         n, d = values.shape
@@ -117,7 +144,10 @@ class ColumnEmbedding(nn.Module):
         if self.cont_idx.numel():
             x = values[:, self.cont_idx] * (1.0 - m[:, self.cont_idx])  # hidden value -> 0
             mc = m[:, self.cont_idx].unsqueeze(-1)
-            out[:, self.cont_idx] = x.unsqueeze(-1) * self.cont_value + mc * self.cont_mask + self.cont_bias
+            cont = x.unsqueeze(-1) * self.cont_value + mc * self.cont_mask + self.cont_bias
+            if self.n_frequencies:
+                cont = cont + self._periodic(x) * (1.0 - mc)
+            out[:, self.cont_idx] = cont
         if self.cat_idx.numel():
             mk = hidden[:, self.cat_idx]
             codes = values[:, self.cat_idx].long().masked_fill(mk, 0)  # hidden -> any valid code

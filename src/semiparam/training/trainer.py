@@ -7,7 +7,7 @@ step, then set the next step's learning rate and feature-loss weight. Every ``ev
 
 from __future__ import annotations
 
-import copy
+import math
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -43,6 +43,15 @@ class TrainHistory:
     best_val_loss: float | None = None
     seconds: float = 0.0
     stopped_early: bool = False
+    # why training ended: "max_steps", "plateau", "time_budget" (adaptive schedule: the reason
+    # the final anneal began, then ", annealed"), or "no_validation" style notes
+    stop_reason: str = ""
+    anneal_start: int | None = None  # adaptive schedule: first step of the final anneal
+    eval_seconds: float = 0.0  # part of ``seconds`` spent on validation
+
+    @property
+    def n_steps(self) -> int:
+        return len(self.steps)
 
     def to_dict(self) -> dict[str, object]:
         return dict(self.__dict__)
@@ -56,26 +65,46 @@ class Callback:
 
 
 class BestCheckpoint(Callback):
-    """Keep the weights with the lowest validation loss, restore them at the end; stop after
-    ``patience`` evaluations without improvement (None: train all steps, as the paper does)."""
+    """Keep the weights with the lowest validation loss, restore them at the end; after
+    ``patience`` evaluations in which the validation loss, smoothed by an exponential moving
+    average (weight ``smoothing`` on the past), has not improved, ask the trainer to stop
+    (None: train all steps, as the paper does). With the adaptive schedule "stop" starts the
+    final learning-rate anneal instead of stopping at once."""
 
-    def __init__(self, patience: int | None = None) -> None:
+    def __init__(
+        self, patience: int | None = None, smoothing: float = 0.0, min_improvement: float = 1e-3
+    ) -> None:
         self.patience = patience
+        self.smoothing = smoothing
+        # a smoothed loss that creeps towards a plateau improves forever by tiny amounts: only a
+        # relative improvement of at least this much resets the patience
+        self.min_improvement = min_improvement
         self.best_state: dict[str, Tensor] | None = None
         self.bad_evals = 0
+        self.smoothed: float | None = None
+        self.best_smoothed: float | None = None
 
     def on_eval(self, trainer: Trainer, step: int, val_loss: float) -> None:
         history = trainer.history
         if history.best_val_loss is None or val_loss < history.best_val_loss:
             history.best_val_loss = val_loss
             history.best_step = step
-            self.best_state = copy.deepcopy(trainer.model.state_dict())
+            self.best_state = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+        a = self.smoothing
+        self.smoothed = val_loss if self.smoothed is None else a * self.smoothed + (1 - a) * val_loss
+        if self.best_smoothed is None or self.smoothed < self.best_smoothed - self.min_improvement * abs(
+            self.best_smoothed
+        ):
+            self.best_smoothed = self.smoothed
             self.bad_evals = 0
         else:
             self.bad_evals += 1
-            if self.patience is not None and self.bad_evals >= self.patience:
-                trainer.stop = True
-                history.stopped_early = True
+            if (
+                self.patience is not None
+                and self.bad_evals >= self.patience
+                and step + 1 >= trainer.config.min_steps
+            ):
+                trainer.request_stop(step, "plateau")
 
     def on_train_end(self, trainer: Trainer) -> None:
         if self.best_state is not None:
@@ -133,11 +162,43 @@ class Trainer:
         self.generator = generator
         self.history = TrainHistory()
         self.stop = False
+        self.anneal_start: int | None = None  # adaptive schedule: the final anneal's window
+        self.anneal_steps = 0
+        self._stop_reason = ""
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(self.params, config)
 
+    @property
+    def adaptive(self) -> bool:
+        return self.config.lr_schedule == "adaptive"
+
+    def request_stop(self, step: int, reason: str) -> None:
+        """Stop training after ``step``; with the adaptive schedule, first anneal the learning rate
+        over ``anneal_fraction`` of the steps run so far; requests during the anneal are ignored
+        (it ends by itself)."""
+        if self.adaptive and self.anneal_start is not None:
+            return
+        if self.adaptive:
+            c = self.config
+            self.anneal_start = step + 1
+            self.anneal_steps = max(c.min_anneal_steps, round(c.anneal_fraction * (step + 1)))
+            self.anneal_steps = min(self.anneal_steps, max(c.max_steps - step - 1, 1))
+            self.history.anneal_start = self.anneal_start
+            self._stop_reason = reason
+            return
+        self.stop = True
+        self._stop_reason = self._stop_reason or reason
+        if reason == "plateau":
+            self.history.stopped_early = True
+
     def learning_rate(self, step: int) -> float:
         c = self.config
+        if c.lr_schedule == "adaptive":
+            warmup = int(c.warmup_fraction * c.max_steps)
+            if self.anneal_start is None or step < self.anneal_start:
+                return c.learning_rate * min(1.0, (step + 1) / max(warmup, 1))
+            progress = min((step - self.anneal_start + 1) / max(self.anneal_steps, 1), 1.0)
+            return c.learning_rate * 0.5 * (1.0 + math.cos(math.pi * progress))
         if c.lr_schedule == "flat_cosine":
             factor = flat_cosine(step, c.max_steps, c.flat_fraction)
         elif c.lr_schedule == "poly_warmup":
@@ -152,7 +213,7 @@ class Trainer:
             return 0.0  # no feature loss to weigh
         if c.tradeoff == "fixed":
             return c.tradeoff_start
-        return cosine_tradeoff(step, c.max_steps, c.tradeoff_start)
+        return cosine_tradeoff(step, c.tradeoff_steps or c.max_steps, c.tradeoff_start)
 
     def train_step(self, batch: Batch, step: int) -> dict[str, float]:
         self.model.train()
@@ -191,9 +252,22 @@ class Trainer:
         evaluate: Callable[[], float] | None = None,
     ) -> TrainHistory:
         start = time.perf_counter()
+        c = self.config
+        # the adaptive schedule anneals before the ceiling: anneal = anneal_fraction x steps run
+        ceiling_anneal = int(c.max_steps / (1.0 + c.anneal_fraction)) if self.adaptive else None
         for cb in self.callbacks:
             cb.on_train_begin(self)
-        for step in range(self.config.max_steps):
+        for step in range(c.max_steps):
+            if self.adaptive and self.anneal_start is None:
+                elapsed = time.perf_counter() - start
+                if step == ceiling_anneal:
+                    self.request_stop(step - 1, "max_steps")
+                elif c.time_budget is not None and elapsed * (1.0 + c.anneal_fraction) >= c.time_budget:
+                    self.request_stop(step - 1, "time_budget")
+            elif not self.adaptive and c.time_budget is not None:
+                if time.perf_counter() - start >= c.time_budget:
+                    self.request_stop(step - 1, "time_budget")
+                    break
             stats = self.train_step(next_batch(step), step)
             if not torch.isfinite(torch.tensor(stats["loss"])):
                 raise FloatingPointError(
@@ -203,15 +277,24 @@ class Trainer:
             self.history.train_loss.append(stats["loss"])
             for cb in self.callbacks:
                 cb.on_step_end(self, step, stats)
-            last = step == self.config.max_steps - 1
-            if evaluate is not None and ((step + 1) % self.config.eval_every == 0 or last):
+            annealed = self.anneal_start is not None and step + 1 >= self.anneal_start + self.anneal_steps
+            last = step == c.max_steps - 1 or annealed
+            if evaluate is not None and ((step + 1) % c.eval_every == 0 or last):
+                eval_start = time.perf_counter()
                 val_loss = evaluate()
+                self.history.eval_seconds += time.perf_counter() - eval_start
                 self.history.eval_steps.append(step)
                 self.history.val_loss.append(val_loss)
                 for cb in self.callbacks:
                     cb.on_eval(self, step, val_loss)
+            if annealed:
+                self.stop = True
             if self.stop:
                 break
+        if self.anneal_start is not None:
+            self.history.stop_reason = f"{self._stop_reason}, annealed"
+        else:
+            self.history.stop_reason = self._stop_reason or "max_steps"
         for cb in self.callbacks:
             cb.on_train_end(self)
         self.history.seconds = time.perf_counter() - start
