@@ -138,11 +138,11 @@ def test_table_predictor_mixed_targets(mixed_frame, tmp_path):
     pd.testing.assert_frame_equal(TablePredictor.load(tmp_path).predict(frame.iloc[45:]), out)
 
 
-def test_set_context_changes_predictions_without_retraining(fitted):
+def test_set_context_changes_predictions_without_retraining(fitted, tmp_path):
     clf, frame, y = fitted
     before = clf.predict_proba(frame.iloc[60:])
     weights = {k: v.clone() for k, v in clf.learner_.module.state_dict().items()}
-    clf_copy = NPTClassifier.load(clf.save(f"/tmp/semiparam-ctx-{id(clf)}"))
+    clf_copy = NPTClassifier.load(clf.save(tmp_path / "ctx"))
     clf_copy.set_context(frame.iloc[:60], np.where(y[:60] == "yes", "no", "yes"))
     after = clf_copy.predict_proba(frame.iloc[60:])
     assert not np.allclose(before, after)  # p_target < 1: labels in the context matter

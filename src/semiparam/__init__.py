@@ -1,6 +1,7 @@
 """semiparam: deep learning models that predict by attending over a whole dataset."""
 
 from ._config import ConfigError
+from ._io import ModelFileError
 from .data.table import DataValidationError, TableEncoder, TableSchema, infer_schema
 from .estimators import (
     NPTClassifier,
@@ -22,6 +23,7 @@ __all__ = [
     "NPT",
     "ConfigError",
     "DataValidationError",
+    "ModelFileError",
     "NPTClassifier",
     "NPTConfig",
     "NPTRegressor",

@@ -65,6 +65,9 @@ def add_impute_vcf_parser(sub: argparse._SubParsersAction) -> None:  # type: ign
         "--set", action="append", metavar="SECTION.KEY=VALUE", help="override a model/train setting"
     )
     p.add_argument("--save-model", help="save the fitted imputer to this directory")
+    p.add_argument(
+        "--force", action="store_true", help="replace an existing --out file or --save-model directory"
+    )
     p.add_argument("--model-dir", help="use a saved imputer instead of training (then --ref is not needed)")
     p.add_argument("--summary", help="write the run summary as JSON here (default: <out>.summary.json)")
     p.add_argument("--no-index", action="store_true", help="do not write a .tbi index")
@@ -78,15 +81,18 @@ def add_impute_vcf_parser(sub: argparse._SubParsersAction) -> None:  # type: ign
 
 
 def cmd_impute_vcf(args: argparse.Namespace) -> int:
-    from .main import load_settings
+    from .main import check_writable, load_settings
 
     try:
         from ..genomics import impute_vcf
     except ModuleNotFoundError as err:  # pragma: no cover - torch etc. missing
-        print(f"semiparam impute-vcf: error: {err}", file=sys.stderr)
+        print(f"semiparam: error: {err}", file=sys.stderr)
         return 2
     if args.ref is None and args.model_dir is None:
         raise ValueError("give --ref (a phased reference panel) or --model-dir (a saved imputer)")
+    check_writable(args.out, args.force)
+    if args.save_model:
+        check_writable(args.save_model, args.force)
     model_options, train_options = load_settings(args.config, args.set or [])
     start = time.perf_counter()
 
@@ -103,6 +109,7 @@ def cmd_impute_vcf(args: argparse.Namespace) -> int:
             region=args.region,
             model_dir=args.model_dir,
             save_model=args.save_model,
+            overwrite=args.force,
             index=not args.no_index,
             ap=args.ap,
             log=log,
@@ -124,7 +131,7 @@ def cmd_impute_vcf(args: argparse.Namespace) -> int:
             verbose=False if args.quiet else None,
         )
     except ModuleNotFoundError as err:
-        print(f"semiparam impute-vcf: error: {err}", file=sys.stderr)
+        print(f"semiparam: error: {err}", file=sys.stderr)
         return 2
     summary_path = Path(args.summary) if args.summary else Path(str(args.out) + ".summary.json")
     summary_path.write_text(json.dumps(summary, indent=2, default=str))

@@ -4,6 +4,10 @@ Each ``fit`` writes one run directory: ``config.json`` (every resolved setting),
 (training history, validation loss, timings) and ``model/`` (weights and fitted state, no pickle).
 Settings come from the preset, then an optional TOML file with ``[model]`` and ``[train]`` tables,
 then ``--set section.key=value`` overrides; unknown keys raise.
+
+Nothing is overwritten without ``--force`` (and then it is replaced only once the new output is
+complete). Errors a user can fix print one line, ``semiparam: error: <file>: <problem>``, and exit
+with status 2; ``--debug`` shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any
 import pandas as pd
 
 from .._config import ConfigError, parse_override
+from .._io import atomic_directory, atomic_file
 
 
 def read_table(path: str | Path, na_values: list[str] | None = None) -> pd.DataFrame:
@@ -37,13 +42,20 @@ def read_table(path: str | Path, na_values: list[str] | None = None) -> pd.DataF
     raise ValueError(f"cannot tell the format of {path}: use .csv, .csv.gz, .tsv or .parquet")
 
 
-def write_table(frame: pd.DataFrame, path: str | Path) -> None:
+def check_writable(path: str | Path, force: bool) -> None:
+    """Refuse an existing output (before any work is done) unless ``force``."""
+    if Path(path).exists() and not force:
+        raise FileExistsError(f"{path} already exists; pass --force to replace it")
+
+
+def write_table(frame: pd.DataFrame, path: str | Path, *, overwrite: bool = False) -> None:
+    """Write CSV (gzipped for .gz) or Parquet by extension; the file appears only when complete."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if "".join(path.suffixes).lower().endswith((".parquet", ".pq")):
-        frame.to_parquet(path, index=False)
-    else:
-        frame.to_csv(path, index=False)
+    with atomic_file(path, overwrite=overwrite) as tmp:
+        if "".join(path.suffixes).lower().endswith((".parquet", ".pq")):
+            frame.to_parquet(tmp, index=False)
+        else:
+            frame.to_csv(tmp, index=False)
 
 
 def load_settings(config_file: str | None, overrides: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -57,7 +69,12 @@ def load_settings(config_file: str | None, overrides: list[str]) -> tuple[dict[s
     train: dict[str, Any] = {}
     sections = {"model": model, "train": train}
     if config_file:
-        data = tomllib.loads(Path(config_file).read_text())
+        if not Path(config_file).exists():
+            raise FileNotFoundError(f"{config_file}: no such file")
+        try:
+            data = tomllib.loads(Path(config_file).read_text())
+        except tomllib.TOMLDecodeError as err:
+            raise ConfigError(f"{config_file}: not valid TOML: {err}") from err
         unknown = sorted(set(data) - set(sections))
         if unknown:
             raise ConfigError(f"unknown section(s) {unknown} in {config_file}; use [model] and [train]")
@@ -94,6 +111,11 @@ def _training_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_fit(args: argparse.Namespace) -> int:
     from ..estimators.tabular import TablePredictor
 
+    out = Path(args.out or f"runs/{args.model}-{time.strftime('%Y%m%d-%H%M%S')}")
+    # an empty directory may be reused; anything else needs --force (checked before training)
+    replace = args.force or (out.is_dir() and not any(out.iterdir()))
+    if out.exists() and not replace:
+        raise FileExistsError(f"{out} already exists and is not empty; pass --force to replace it")
     frame = read_table(args.data, _split_list(args.na_values))
     targets = _split_list(args.target) or []
     predictor = TablePredictor(
@@ -106,8 +128,23 @@ def cmd_fit(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     predictor.fit(frame)
     seconds = time.perf_counter() - start
-    out = Path(args.out or f"runs/{args.model}-{time.strftime('%Y%m%d-%H%M%S')}")
-    out.mkdir(parents=True, exist_ok=True)
+    with atomic_directory(out, overwrite=replace) as tmp:
+        _write_run(tmp, args, targets, predictor, seconds)
+    history = predictor.learner_.history
+    best = ""
+    if history.best_val_loss is not None:
+        best = (
+            f", best validation loss {history.best_val_loss:.4f} at step {history.best_step}"
+            f" of {history.n_steps} (stopped: {history.stop_reason})"
+        )
+    print(f"fitted {args.model} on {len(frame)} rows in {seconds:.1f}s{best}; run written to {out}")
+    return 0
+
+
+def _write_run(
+    out: Path, args: argparse.Namespace, targets: list[str], predictor: Any, seconds: float
+) -> None:
+    """config.json, metrics.json and model/ of a fitted run, into directory ``out``."""
     learner = predictor.learner_
     (out / "config.json").write_text(
         json.dumps(
@@ -138,26 +175,20 @@ def cmd_fit(args: argparse.Namespace) -> int:
     }
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
     predictor.save(out / "model")
-    best = ""
-    if history.best_val_loss is not None:
-        best = (
-            f", best validation loss {history.best_val_loss:.4f} at step {history.best_step}"
-            f" of {history.n_steps} (stopped: {history.stop_reason})"
-        )
-    print(f"fitted {args.model} on {len(frame)} rows in {seconds:.1f}s{best}; run written to {out}")
-    return 0
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
     from ..estimators.tabular import TablePredictor
 
+    if args.out:
+        check_writable(args.out, args.force)
     run = Path(args.run)
     model_dir = run / "model" if (run / "model").exists() else run
     predictor = TablePredictor.load(model_dir, device=args.device)
     frame = read_table(args.data, _split_list(args.na_values))
     preds = predictor.predict(frame)
     if args.out:
-        write_table(preds, args.out)
+        write_table(preds, args.out, overwrite=args.force)
         print(f"wrote {len(preds)} predictions to {args.out}")
     else:
         preds.to_csv(sys.stdout, index=False)
@@ -167,11 +198,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
 def cmd_impute(args: argparse.Namespace) -> int:
     from ..estimators.imputer import TableImputer
 
+    check_writable(args.out, args.force)
     frame = read_table(args.data, _split_list(args.na_values))
     imputer = TableImputer(**_training_kwargs(args))
     n_missing = int(frame.isna().sum().sum())
     filled = imputer.fit_transform(frame)
-    write_table(filled, args.out)
+    write_table(filled, args.out, overwrite=args.force)
     print(f"filled {n_missing} missing cells of {frame.shape[0]}x{frame.shape[1]}; wrote {args.out}")
     return 0
 
@@ -185,6 +217,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="semiparam", description=__doc__.split("\n")[0])
+    parser.add_argument("--debug", action="store_true", help="on an error, show the full traceback")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser, training: bool = True) -> None:
@@ -204,6 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", required=True, help="target column(s), comma-separated")
     p.add_argument("--loss", default="squared_error", help="squared_error | gaussian (continuous targets)")
     p.add_argument("--out", help="run directory (default runs/<model>-<time>)")
+    p.add_argument("--force", action="store_true", help="replace an existing, non-empty run directory")
     p.add_argument("--time-budget", type=float, help="seconds of training (stops and anneals before)")
     p.add_argument("--n-estimators", type=int, default=1, help="ensemble members (default 1)")
     common(p)
@@ -213,12 +247,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", help="run directory written by fit")
     p.add_argument("data")
     p.add_argument("--out", help="output CSV/Parquet (default: stdout)")
+    p.add_argument("--force", action="store_true", help="replace an existing --out file")
     common(p, training=False)
     p.set_defaults(func=cmd_predict)
 
     p = sub.add_parser("impute", help="fill every missing cell of a table")
     p.add_argument("data")
     p.add_argument("--out", required=True)
+    p.add_argument("--force", action="store_true", help="replace an existing --out file")
     common(p)
     p.set_defaults(func=cmd_impute)
 
@@ -239,14 +275,55 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def error_line(err: BaseException) -> str:
+    """One line for an error: ``<file>: <problem>`` where the error names a file."""
+    if isinstance(err, OSError) and err.filename is not None and err.strerror:
+        text = f"{err.filename}: {err.strerror}"
+    elif isinstance(err, KeyError) and len(err.args) == 1:
+        text = f"missing entry {err.args[0]!r}"
+    else:
+        text = str(err) or type(err).__name__
+    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Errors with a message a user can act on: bad input, settings or files (not bugs)."""
+    errors: tuple[type[BaseException], ...] = (
+        ConfigError,
+        ValueError,  # DataValidationError, VCFError, ModelFileError, JSON/TOML/CSV decode errors
+        OSError,  # FileNotFoundError, FileExistsError, PermissionError, ...
+        TypeError,
+        KeyError,
+        ImportError,  # an optional dependency (pyarrow, cyvcf2) is missing
+    )
+    try:
+        from safetensors import SafetensorError
+    except ImportError:  # pragma: no cover - older safetensors
+        return errors
+    return (*errors, SafetensorError)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # --debug is accepted anywhere before a "--", not only before the command
+    head = argv[: argv.index("--")] if "--" in argv else argv
+    debug = "--debug" in head
+    if debug:
+        argv.remove("--debug")
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
-    except (ConfigError, ValueError, FileNotFoundError, TypeError, KeyError) as err:
-        print(f"semiparam {args.command}: error: {err}", file=sys.stderr)
+    except _user_errors() as err:
+        if debug:
+            raise
+        print(f"semiparam: error: {error_line(err)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print("semiparam: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -113,7 +113,9 @@ def check_table(frame: pd.DataFrame, *, what: str = "table") -> None:
         raise DataValidationError(f"the {what} has no rows")
     if frame.shape[1] == 0:
         raise DataValidationError(f"the {what} has no columns")
-    duplicated = frame.columns[frame.columns.duplicated()].tolist()
+    # names are compared as text (the schema's names): 0 and "0" are the same column
+    duplicated = pd.Index([str(c) for c in frame.columns]).duplicated()
+    duplicated = frame.columns[duplicated].tolist()
     if duplicated:
         raise DataValidationError(f"the {what} has duplicate column names {duplicated}")
     for name in frame.columns:
@@ -237,6 +239,7 @@ class TableEncoder:
         means: dict[str, float] = {}
         stds: dict[str, float] = {}
         quantiles: dict[str, dict[str, list[float]]] = {}
+        frame = frame.set_axis([str(c) for c in frame.columns], axis=1)  # schema names are text
         for spec in schema.columns:
             if spec.kind != CONTINUOUS:
                 continue
@@ -256,7 +259,7 @@ class TableEncoder:
                     "references": qt.references_.tolist(),
                 }
                 x = qt.transform(x.reshape(-1, 1))[:, 0]
-            mean, std = float(x.mean()), float(x.std())
+            mean, std = _mean_std(x)
             means[spec.name] = mean
             stds[spec.name] = std if std > 0 else 1.0  # a constant column stays 0 after centring
         return cls(schema, means, stds, quantiles)
@@ -303,6 +306,7 @@ class TableEncoder:
                 x = _numeric_column(col, spec.name)
                 miss = np.isnan(x)
                 z = (self._forward_map(spec.name, x) - self.means[spec.name]) / self.stds[spec.name]
+                _check_float32(z, miss, spec.name)
                 values[:, j] = np.where(miss, 0.0, z)
             else:
                 codes = _category_codes(col, spec)
@@ -334,6 +338,30 @@ class TableEncoder:
             dict(d["means"]),
             dict(d["stds"]),
             dict(d.get("quantiles", {})),
+        )
+
+
+def _mean_std(x: np.ndarray) -> tuple[float, float]:
+    """Mean and population std of finite ``x``, computed on ``x / 2**k`` (``2**k`` about max|x|) so
+    that values near the float64 limit (1e308) do not overflow the sums; scaling by a power of two
+    is exact, so ordinary columns get exactly ``x.mean()`` and ``x.std()``."""
+    top = float(np.abs(x).max())
+    if not top > 0:
+        return 0.0, 0.0
+    scale = float(np.ldexp(1.0, int(np.frexp(top)[1]) - 1))  # max|x / scale| < 2
+    y = x / scale
+    return float(y.mean()) * scale, float(y.std()) * scale
+
+
+def _check_float32(z: np.ndarray, miss: np.ndarray, name: str) -> None:
+    """Standardised values must fit the float32 the models read; a value ~1e38 training standard
+    deviations from the training mean does not."""
+    too_far = ~miss & ~(np.abs(z) <= np.finfo(np.float32).max)
+    if too_far.any():
+        rows = np.flatnonzero(too_far)[:5].tolist()
+        raise DataValidationError(
+            f"column {name!r} holds value(s) at row(s) {rows} too far from the training values to "
+            f"encode ({np.abs(z[too_far]).max():.3g} standard deviations); check the data"
         )
 
 

@@ -249,6 +249,24 @@ def _open_vcf(path: str | Path, samples: Sequence[str] | None) -> Any:
     return vcf
 
 
+def _parsed(records: Iterable[Any], path: str | Path) -> Iterable[Any]:
+    """The records, with cyvcf2's bare ``Exception`` on a record htslib cannot parse (a truncated
+    or damaged file) turned into a :class:`VCFError` naming the file and the last good record."""
+    it = iter(records)
+    last = "the header"
+    while True:
+        try:
+            rec = next(it)
+        except StopIteration:
+            return
+        except Exception as err:
+            raise VCFError(
+                f"{path}: cannot parse the record after {last} (truncated or damaged?): {err}"
+            ) from err
+        last = f"{rec.CHROM}:{rec.POS}"
+        yield rec
+
+
 def read_vcf(
     path: str | Path,
     *,
@@ -287,7 +305,7 @@ def read_vcf(
         records: Iterable[Any] = vcf(region) if region else vcf
     except Exception as err:
         raise VCFError(f"cannot fetch region {region!r} from {path} (is it indexed?): {err}") from err
-    for rec in records:
+    for rec in _parsed(records, path):
         report.n_records += 1
         where = f"{rec.CHROM}:{rec.POS}"
         # order check: positions ascend within a contig and a contig never comes back
@@ -323,12 +341,21 @@ def read_vcf(
             report.examples.setdefault("duplicate", where)
             continue
         seen.add(key)
-        gt = rec.genotype.array()  # (n_samples, ploidy + 1) int16; last column = phased flag
+        try:
+            gt = rec.genotype.array()  # (n_samples, ploidy + 1) int16; last column = phased flag
+        except Exception as err:  # cyvcf2 raises a bare Exception on a GT it cannot parse
+            raise VCFError(f"{path}: {where}: cannot read the genotypes ({err})") from err
         if gt.shape[1] != 3 or (gt[:, 1] == -2).any():
             bad = int(np.flatnonzero(gt[:, 1] == -2)[0]) if gt.shape[1] >= 2 and (gt[:, 1] == -2).any() else 0
             raise VCFError(
                 f"{path}: {where} has a non-diploid genotype (sample {sample_names[bad]}); only diploid "
                 "calls are supported (haploid chrX/chrY/MT are not)"
+            )
+        if (gt[:, :2] > 1).any():  # e.g. 1|2 where the record has a single ALT allele
+            bad = int(np.flatnonzero((gt[:, :2] > 1).any(axis=1))[0])
+            raise VCFError(
+                f"{path}: {where} has genotype allele {int(gt[bad, :2].max())} (sample {sample_names[bad]}) "
+                f"but only one ALT allele ({rec.REF}>{alt_alleles[0]})"
             )
         blocks.append(gt.astype(np.int8))  # -1/0/1 alleles and the phase flag: int8 is enough
         chrom.append(rec.CHROM)

@@ -26,6 +26,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from .._config import FrozenConfig
+from .._io import ModelFileError, atomic_directory, available_device, read_json, read_tensors
 from ..data.table import DataValidationError, EncodedTable, TableEncoder, TableSchema
 from ..models.registry import get_model
 from ..nn.columns import CATEGORICAL, ColumnOutputs
@@ -267,7 +268,7 @@ class TableLearner:
         float64 copy of it. In float64 a row's prediction agrees to ~1e-12 whatever rows share
         its batch; float32 matrix products round differently with the batch size (~1e-7)."""
         assert self.module is not None
-        if self.train_config.predict_dtype == "float32":
+        if self.train_config.predict_dtype == "float32" or self.device.type == "mps":  # MPS: no float64
             return self.module.eval()
         if self._inference_copy is None:
             self._inference_copy = copy.deepcopy(self.module).double().eval()
@@ -369,13 +370,19 @@ class TableLearner:
             "history": self.history.to_dict(),
         }
 
-    def save(self, path: str | Path, extra: dict[str, Any] | None = None) -> Path:
+    def save(self, path: str | Path, extra: dict[str, Any] | None = None, *, overwrite: bool = False) -> Path:
         """Write ``semiparam.json`` (configs, schema, encoder, history), ``model.safetensors``
-        (weights) and ``context.safetensors`` (the encoded context rows). No pickle."""
+        (weights) and ``context.safetensors`` (the encoded context rows). No pickle. The files go
+        to a hidden sibling directory renamed to ``path`` when complete; an existing ``path``
+        raises :class:`FileExistsError` unless ``overwrite``, and survives any failed save."""
         if self.module is None or (self.context is None and self._context_state is None):
             raise RuntimeError("nothing to save: the model is not fitted")
         path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
+        with atomic_directory(path, overwrite=overwrite) as tmp:
+            self._save_files(tmp, extra)
+        return path
+
+    def _save_files(self, path: Path, extra: dict[str, Any] | None) -> Path:
         meta = self.state_dict()
         meta["estimator"] = extra or {}
         (path / "semiparam.json").write_text(json.dumps(meta, indent=2, default=_json_default))
@@ -401,27 +408,32 @@ class TableLearner:
         meta_file = path / "semiparam.json"
         if not meta_file.exists():
             raise FileNotFoundError(f"{path} is not a saved semiparam model (no semiparam.json)")
-        meta = json.loads(meta_file.read_text())
-        if meta.get("format_version") != FORMAT_VERSION:
-            raise ValueError(f"unsupported model format {meta.get('format_version')!r} in {path}")
+        meta = read_json(meta_file)
+        if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION:
+            version = meta.get("format_version") if isinstance(meta, dict) else None
+            raise ModelFileError(f"{meta_file}: unsupported model format {version!r}")
         config_cls, _ = get_model(meta["model_name"])
         learner = cls(
             meta["model_name"],
             config_cls.from_dict(meta["model_config"]),
             TrainConfig.from_dict(meta["train_config"]),
-            device=device or meta["device"],
+            device=device or available_device(meta["device"]),  # a GPU model loads on a CPU machine
             seed=meta["seed"],
         )
         learner.encoder = TableEncoder.from_dict(meta["encoder"])
         learner.history = TrainHistory(**meta["history"])
         learner.module = learner._build_module()
-        learner.module.load_state_dict(load_file(str(path / "model.safetensors"), device=str(learner.device)))
+        weights_file = path / "model.safetensors"
+        try:
+            learner.module.load_state_dict(read_tensors(weights_file, load_file, device=str(learner.device)))
+        except RuntimeError as err:  # missing or mis-shaped tensors
+            raise ModelFileError(f"{weights_file}: weights do not match {meta_file}: {err}") from err
         learner.module.eval()
         if learner.keeps_training_rows:
-            ctx = load_file(str(path / "context.safetensors"))
+            ctx = read_tensors(path / "context.safetensors", load_file)
             learner.context = EncodedTable(ctx["values"].numpy(), ctx["missing"].numpy())
         else:
-            ctx = load_file(str(path / "context.safetensors"), device=str(learner.device))
+            ctx = read_tensors(path / "context.safetensors", load_file, device=str(learner.device))
             learner._context_state = learner.module.state_from_tensors(ctx)
         return learner, meta["estimator"]
 

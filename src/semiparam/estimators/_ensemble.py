@@ -213,7 +213,7 @@ class EnsembleLearner:
         if self.history is None or self.encoder is None:
             raise RuntimeError("nothing to save: the model is not fitted")
         if len(self.members) == 1:
-            return self.members[0].save(path, extra)
+            return self.members[0].save(path, extra, overwrite=overwrite)
         try:
             from .._io import atomic_directory
         except ImportError:  # pragma: no cover - before the safe-save helper landed
@@ -249,8 +249,11 @@ class EnsembleLearner:
         meta_file = path / "semiparam.json"
         if not meta_file.exists():
             raise FileNotFoundError(f"{path} is not a saved semiparam model (no semiparam.json)")
-        meta = json.loads(meta_file.read_text())
-        if meta.get("layout") != ENSEMBLE_FORMAT:  # a single model saved before ensembles existed
+        from .._io import read_json
+
+        meta = read_json(meta_file)
+        # a single model (or one saved before ensembles existed) has the single model's layout
+        if not isinstance(meta, dict) or meta.get("layout") != ENSEMBLE_FORMAT:
             learner, extra = TableLearner.load(path, device=device)
             members, history = [learner], EnsembleHistory([learner.history])  # type: ignore[list-item]
         else:

@@ -139,8 +139,9 @@ class TableEstimatorMixin(BaseEstimator):
     def _restore_extra(self, extra: dict[str, Any]) -> None:
         pass
 
-    def save(self, path: str | Path) -> Path:
-        """Save the fitted estimator to directory ``path`` (created if needed)."""
+    def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
+        """Save the fitted estimator to directory ``path`` (written aside and renamed into place;
+        an existing ``path`` raises :class:`FileExistsError` unless ``overwrite``)."""
         check_is_fitted(self, "learner_")
         extra = {
             "class": type(self).__name__,
@@ -150,7 +151,7 @@ class TableEstimatorMixin(BaseEstimator):
             "feature_names_in": list(self.feature_names_in_) if hasattr(self, "feature_names_in_") else None,
             **self._fitted_extra(),
         }
-        return self.learner_.save(path, extra)
+        return self.learner_.save(path, extra, overwrite=overwrite)
 
     @classmethod
     def load(cls, path: str | Path, *, device: str | None = None) -> Any:
@@ -159,8 +160,7 @@ class TableEstimatorMixin(BaseEstimator):
         if extra.get("class") != cls.__name__:
             raise ValueError(f"{path} holds a {extra.get('class')}, not a {cls.__name__}")
         params = dict(extra["params"])
-        if device is not None:
-            params["device"] = device
+        params["device"] = device if device is not None else str(learner.device)  # cpu if saved GPU is absent
         est = cls(**params)
         est.learner_ = learner
         est.feature_columns_ = list(extra["feature_columns"])

@@ -31,6 +31,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from .._config import ConfigError
+from .._io import ModelFileError, atomic_directory, read_json, read_tensors
 from ..data.tasks import TaskBatch, pad_sequences
 from ..models.anp import ANPConfig, ANPModule
 from ..models.canp import CANPConfig, CANPModule
@@ -364,12 +365,18 @@ class NeuralProcessEstimator:
         return _Tasks(put(cx), put(cy), put(cmask), put(tx), put(ty), put(tmask), single)  # type: ignore[arg-type]
 
     # -- persistence --------------------------------------------------------------------------------
-    def save(self, path: str | Path) -> Path:
+    def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
         """Write ``neural_process.json`` (model name, configs, seed, history) and
-        ``model.safetensors`` (weights) into the directory ``path``. No pickle."""
+        ``model.safetensors`` (weights) into the directory ``path``. No pickle. Written aside and
+        renamed into place; an existing ``path`` raises :class:`FileExistsError` unless
+        ``overwrite``."""
         module = self._fitted()
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
+        final = Path(path)
+        with atomic_directory(final, overwrite=overwrite) as tmp:
+            self._save_files(tmp, module)
+        return final
+
+    def _save_files(self, path: Path, module: torch.nn.Module) -> Path:
         assert self.config_ is not None
         meta = {
             "format_version": FORMAT_VERSION,
@@ -393,9 +400,11 @@ class NeuralProcessEstimator:
         meta_file = path / _META_FILE
         if not meta_file.exists():
             raise FileNotFoundError(f"{path} is not a saved neural process (no {_META_FILE})")
-        meta = json.loads(meta_file.read_text())
-        if meta.get("format_version") != FORMAT_VERSION:
-            raise ValueError(f"unsupported neural process format {meta.get('format_version')!r} in {path}")
+        meta = read_json(meta_file)
+        if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION:
+            meta = meta if isinstance(meta, dict) else {}
+            version = meta.get("format_version")
+            raise ModelFileError(f"{meta_file}: unsupported neural process format {version!r}")
         saved = _MODELS.get(meta.get("model", ""))
         if saved is None:
             raise ValueError(f"unknown model {meta.get('model')!r} in {meta_file}; known: {sorted(_MODELS)}")
@@ -404,7 +413,11 @@ class NeuralProcessEstimator:
         config = saved._config_cls.from_dict(meta["config"])
         estimator = saved(config, random_state=meta.get("random_state"), device=device)
         module = estimator._build(config, seed=0)
-        module.load_state_dict(load_file(str(path / _WEIGHTS_FILE), device=str(estimator.device)))
+        weights_file = path / _WEIGHTS_FILE
+        try:
+            module.load_state_dict(read_tensors(weights_file, load_file, device=str(estimator.device)))
+        except RuntimeError as err:  # missing or mis-shaped tensors
+            raise ModelFileError(f"{weights_file}: weights do not match {meta_file}: {err}") from err
         module.eval()
         estimator.module_, estimator.config_, estimator.seed_ = module, config, meta.get("seed")
         if meta.get("train_config") is not None:

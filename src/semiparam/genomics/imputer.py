@@ -45,6 +45,7 @@ from safetensors.numpy import load_file as load_numpy
 from safetensors.numpy import save_file as save_numpy
 
 from .._config import ConfigError
+from .._io import ModelFileError, atomic_directory, available_device, read_json, read_tensors
 from ..data.table import ColumnSpec, TableEncoder, TableSchema
 from ..data.vcf import HaplotypePanel, VariantSites
 from ..estimators._engine import TableLearner, resolve_device
@@ -647,13 +648,19 @@ class GenotypeImputer:
         )
         return {n: getattr(self, n) for n in names}
 
-    def save(self, path: str | Path) -> Path:
+    def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
         """Write ``imputer.json`` (settings, sites, windows), ``reference.safetensors`` (the panel's
         haplotypes, needed by "shared" and "knn" models, left out for per-window models that do not
-        keep training rows) and one model directory per window (or one shared). No pickle."""
+        keep training rows) and one model directory per window (or one shared). No pickle. Written
+        aside and renamed into place; an existing ``path`` raises :class:`FileExistsError` unless
+        ``overwrite``."""
         self._check_fitted()
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
+        final = Path(path)
+        with atomic_directory(final, overwrite=overwrite) as tmp:
+            self._save_files(tmp)
+        return final
+
+    def _save_files(self, path: Path) -> Path:
         s = self.sites_
         meta = {
             "format_version": FORMAT_VERSION,
@@ -689,12 +696,13 @@ class GenotypeImputer:
         meta_file = path / "imputer.json"
         if not meta_file.exists():
             raise FileNotFoundError(f"{path} is not a saved GenotypeImputer (no imputer.json)")
-        meta = json.loads(meta_file.read_text())
-        if meta.get("format_version") != FORMAT_VERSION:
-            raise ValueError(f"unsupported imputer format {meta.get('format_version')!r} in {path}")
+        meta = read_json(meta_file)
+        if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION:
+            meta = meta if isinstance(meta, dict) else {}
+            raise ModelFileError(f"{meta_file}: unsupported imputer format {meta.get('format_version')!r}")
         params = dict(meta["params"])
-        if device is not None:
-            params["device"] = device
+        # a model saved on a GPU loads on a machine without one
+        params["device"] = device if device is not None else available_device(str(params["device"]))
         imp = cls(**params)
         s = meta["sites"]
         imp.sites_ = VariantSites.from_lists(s["chrom"], s["pos"], s["ref"], s["alt"], s["id"])
@@ -707,7 +715,7 @@ class GenotypeImputer:
         if meta["neighbors"] is not None:
             imp.neighbors_ = int(meta["neighbors"])
         ref_file = path / "reference.safetensors"
-        imp.reference_ = load_numpy(str(ref_file))["haplotypes"] if ref_file.exists() else None
+        imp.reference_ = read_tensors(ref_file, load_numpy)["haplotypes"] if ref_file.exists() else None
         if imp.reference_ is None and imp._needs_reference():
             raise FileNotFoundError(f"{path} lacks reference.safetensors, which this imputer needs")
         imp.learners_ = []

@@ -19,7 +19,6 @@ file) when given; every other panel site is imputed.
 
 from __future__ import annotations
 
-import resource
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -161,7 +160,17 @@ def align_targets(
 
 
 def peak_memory_mb() -> float:
-    """Peak resident memory of this process so far, in MiB (Linux/macOS)."""
+    """Peak resident memory of this process so far, in MiB (Linux/macOS; elsewhere, e.g. Windows
+    which has no ``resource`` module, the current resident memory from psutil, or 0 without it)."""
+    try:
+        import resource
+    except ImportError:
+        try:
+            import psutil
+        except ImportError:
+            return 0.0
+        info = psutil.Process().memory_info()
+        return float(getattr(info, "peak_wset", info.rss)) / (1024 * 1024)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 
@@ -176,6 +185,7 @@ def impute_vcf(
     imputer: GenotypeImputer | None = None,
     model_dir: str | Path | None = None,
     save_model: str | Path | None = None,
+    overwrite: bool = False,
     index: bool = True,
     ap: bool = False,
     log: Callable[[str], None] | None = None,
@@ -187,9 +197,12 @@ def impute_vcf(
     panel). ``region``: ``chrom:start-end`` read from both files (needs indexes). ``imputer``: an
     unfitted :class:`GenotypeImputer` to fit (default: one built from ``imputer_params``).
     ``model_dir``: load a saved imputer instead of fitting (``reference`` may then be None).
-    ``save_model``: save the fitted imputer there. ``ap``: also write each haplotype's ALT
+    ``save_model``: save the fitted imputer there (an existing directory raises
+    :class:`FileExistsError` before any work, unless ``overwrite``). ``ap``: also write each haplotype's ALT
     probability (FORMAT AP1, AP2). Returns a summary dict.
     """
+    if save_model is not None and Path(save_model).exists() and not overwrite:
+        raise FileExistsError(f"{save_model} already exists; pass overwrite=True (--force) to replace it")
     say = log or (lambda message: None)
     start = time.perf_counter()
     timings: dict[str, float] = {}
@@ -236,7 +249,7 @@ def impute_vcf(
         say(f"training {imp.model} ({imp.mode}, preset {imp.preset}) ...")
         imp.fit(panel, aligned.typed)
         if save_model is not None:
-            imp.save(save_model)
+            imp.save(save_model, overwrite=overwrite)
             say(f"saved the fitted imputer to {save_model}")
     timings["fit_seconds"] = time.perf_counter() - t0
 
