@@ -7,8 +7,9 @@ import pytest
 def test_demo_npt_competitive_on_breast_cancer(capsys):
     from semiparam.cli.demo import run_demo
 
-    results = run_demo(max_steps=300, seed=0, quiet=True)
-    npt = results["NPT (cpu preset)"]
-    # measured: accuracy 0.939, AUROC 0.993 (HistGradientBoosting 0.939, 0.987) on this split
-    assert npt["auroc"] > 0.98 and npt["accuracy"] > 0.92
-    assert "HistGradientBoosting" in capsys.readouterr().out
+    results = run_demo(seed=0, quiet=True)
+    npt, hgb = results["NPT (defaults)"], results["HistGradientBoosting"]
+    # the demo's promise: NPT at its defaults at least level with gradient boosting at its own
+    assert npt["accuracy"] >= hgb["accuracy"] and npt["nll"] <= hgb["nll"]
+    out = capsys.readouterr().out
+    assert "HistGradientBoosting" in out and "fit" in out

@@ -13,8 +13,10 @@ from sklearn.model_selection import train_test_split
 
 
 def run_demo(
-    max_steps: int = 300, seed: int = 0, device: str = "cpu", quiet: bool = False
+    max_steps: int | None = None, seed: int = 0, device: str = "cpu", quiet: bool = False
 ) -> dict[str, dict[str, float]]:
+    """NPT at its defaults (``max_steps`` None: train until the validation loss stops improving)
+    beside HistGradientBoosting at its defaults, on one stratified 80/20 split."""
     import torch
 
     from ..estimators.npt import NPTClassifier
@@ -37,14 +39,15 @@ def run_demo(
 
     start = time.perf_counter()
     npt = NPTClassifier(
-        "cpu", max_steps=max_steps, device=device, random_state=seed, verbose=None if not quiet else False
+        max_steps=max_steps, device=device, random_state=seed, verbose=None if not quiet else False
     )
     npt.fit(X_train, y_train)
-    score("NPT (cpu preset)", npt.predict_proba(X_test), time.perf_counter() - start)
+    score("NPT (defaults)", npt.predict_proba(X_test), time.perf_counter() - start)
 
     start = time.perf_counter()
     gbm = HistGradientBoostingClassifier(random_state=seed).fit(X_train, y_train)
     score("HistGradientBoosting", gbm.predict_proba(X_test), time.perf_counter() - start)
+    results["NPT (defaults)"]["steps"] = npt.history_.n_steps
 
     print(f"\n{'model':<24}{'accuracy':>10}{'AUROC':>10}{'NLL':>10}{'fit s':>10}")
     for name, r in results.items():
@@ -52,8 +55,11 @@ def run_demo(
             f"{name:<24}{r['accuracy']:>10.4f}{r['auroc']:>10.4f}{r['nll']:>10.4f}{r['fit_seconds']:>10.1f}"
         )
     history = npt.history_
+    npt_s, hgb_s = results["NPT (defaults)"]["fit_seconds"], results["HistGradientBoosting"]["fit_seconds"]
     print(
-        f"\nNPT: {len(history.steps)} steps, best validation loss {history.best_val_loss:.4f} at step "
-        f"{history.best_step}; paper (10-fold CV, NPT-Small): AUROC 0.997, accuracy 94.73%"
+        f"\nNPT: {history.n_members} model(s), {history.n_steps} steps (stopped: {history.stop_reason}), "
+        f"best validation loss {history.best_val_loss:.4f} at step {history.best_step}; "
+        f"fit {npt_s:.1f}s against HistGradientBoosting's {hgb_s:.2f}s."
+        "\nPaper (10-fold CV, NPT-Small, 2,000 GPU steps): AUROC 0.997, accuracy 94.73%."
     )
     return results

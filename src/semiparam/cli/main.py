@@ -259,7 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_impute)
 
     p = sub.add_parser("demo", help="NPT beside gradient boosting on scikit-learn's breast cancer data")
-    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--steps", type=int, default=None, help="step ceiling (default: the estimator's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu")
     p.add_argument("--quiet", action="store_true")
