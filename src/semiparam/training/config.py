@@ -56,13 +56,17 @@ class TrainConfig(FrozenConfig):
     # temperature-scale categorical targets on the validation rows after training (see
     # TableLearner._calibrate); NOTE[DIFF]: not in the papers
     calibrate: bool = False
+    # NOTE[DIFF]: label smoothing of categorical cells in the training loss (not in the papers):
+    # an NPT that copies labels from its context becomes arbitrarily sure on small tables, and a
+    # handful of confident mistakes then dominates the test log loss
+    label_smoothing: float = 0.0
 
     def validate(self) -> None:
         if self.max_steps < 1:
             raise ConfigError(f"max_steps must be >= 1, got {self.max_steps}")
         if self.learning_rate <= 0:
             raise ConfigError(f"learning_rate must be > 0, got {self.learning_rate}")
-        for name in ("flat_fraction", "warmup_fraction", "tradeoff_start", "smoothing"):
+        for name in ("flat_fraction", "warmup_fraction", "tradeoff_start", "smoothing", "label_smoothing"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)}")
         if not 0.0 <= self.validation_fraction < 1.0:
@@ -112,6 +116,7 @@ class TrainConfig(FrozenConfig):
             tradeoff_steps=300,
             feature_transform="quantile",
             calibrate=True,
+            label_smoothing=0.1,
         )
 
     @classmethod

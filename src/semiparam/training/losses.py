@@ -24,8 +24,11 @@ def gaussian_std(raw_scale: Tensor) -> Tensor:
     return F.softplus(raw_scale) + MIN_STD
 
 
-def cell_losses(outputs: ColumnOutputs, true_values: Tensor, layout: ColumnLayout) -> Tensor:
-    """Loss of every cell ``(n, d)`` against ``true_values`` (uncorrupted, encoded)."""
+def cell_losses(
+    outputs: ColumnOutputs, true_values: Tensor, layout: ColumnLayout, label_smoothing: float = 0.0
+) -> Tensor:
+    """Loss of every cell ``(n, d)`` against ``true_values`` (uncorrupted, encoded).
+    ``label_smoothing``: of categorical cells (training only; validation scores the plain loss)."""
     n, d = true_values.shape
     losses = true_values.new_zeros(n, d)
     cont = layout.continuous
@@ -38,7 +41,9 @@ def cell_losses(outputs: ColumnOutputs, true_values: Tensor, layout: ColumnLayou
         else:
             losses[:, cont] = (mean - y) ** 2
     for j, logits in zip(layout.categorical, outputs.categorical):
-        losses[:, j] = F.cross_entropy(logits, true_values[:, j].long(), reduction="none")
+        losses[:, j] = F.cross_entropy(
+            logits, true_values[:, j].long(), reduction="none", label_smoothing=label_smoothing
+        )
     return losses
 
 
@@ -57,8 +62,9 @@ def npt_loss(
     score_feature: Tensor,
     layout: ColumnLayout,
     lam: float,
+    label_smoothing: float = 0.0,
 ) -> tuple[Tensor, dict[str, float]]:
-    losses = cell_losses(outputs, true_values, layout)
+    losses = cell_losses(outputs, true_values, layout, label_smoothing)
     target_loss, n_target = masked_mean(losses, score_target)
     feature_loss, n_feature = masked_mean(losses, score_feature)
     if n_target == 0:  # pure self-supervision (imputation) or a batch without scored targets

@@ -122,9 +122,7 @@ def mask_for_training(
     return MaskedBatch(values, hidden, score_target, score_feature)
 
 
-def mask_for_inference(
-    values: Tensor, missing: Tensor, *, hide_columns: Tensor
-) -> tuple[Tensor, Tensor]:
+def mask_for_inference(values: Tensor, missing: Tensor, *, hide_columns: Tensor) -> tuple[Tensor, Tensor]:
     """Inputs at evaluation time: missing cells and every cell of ``hide_columns`` (d,) hidden."""
     hidden = missing | hide_columns.view(1, -1)
     return values.masked_fill(hidden, 0.0), hidden

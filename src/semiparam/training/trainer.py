@@ -234,6 +234,7 @@ class Trainer:
             masked.score_feature,
             self.layout,
             self.tradeoff(step),
+            self.config.label_smoothing,
         )
         lr = self.learning_rate(step)
         for group in self.optimizer.param_groups:
