@@ -42,6 +42,7 @@ better; ranks are per table (ties share the mean rank).
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import math
@@ -922,8 +923,12 @@ def history_summary(model: Any) -> dict[str, Any] | None:
     if history is None:
         return None
     if hasattr(history, "summary"):  # an ensemble: per-member facts, no per-step curves
-        raw = {**history.summary(), "best_step": history.best_step, "stop_reason": history.stop_reason,
-               "stopped_early": history.stopped_early}
+        raw = {
+            **history.summary(),
+            "best_step": history.best_step,
+            "stop_reason": history.stop_reason,
+            "stopped_early": history.stopped_early,
+        }
     else:
         raw = history.to_dict() if hasattr(history, "to_dict") else dict(vars(history))
     out: dict[str, Any] = {}
@@ -1012,16 +1017,55 @@ def _git(*args: str) -> str | None:
     return res.stdout.strip() if res.returncode == 0 else None
 
 
+def _source_files(root: Path) -> list[Path]:
+    return [
+        p
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo")
+    ]
+
+
+def _code_only(source: bytes) -> bytes:
+    """A Python file's syntax tree without docstrings: comments, docstrings and formatting do not
+    change what runs, so editing them does not make a measured result stale."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (
+            isinstance(body, list)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree, include_attributes=False).encode()
+
+
 def src_hash(root: Path | None = None) -> str:
-    """sha256 of every file under src/semiparam (path and bytes; caches left out)."""
+    """sha256 of the code under src/semiparam: each file's path and, for Python files, its syntax
+    tree without docstrings (other files: their bytes); caches left out."""
     root = root or REPO / "src" / "semiparam"
     h = hashlib.sha256()
-    for path in sorted(root.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts and path.suffix not in (".pyc", ".pyo"):
-            h.update(path.relative_to(root).as_posix().encode())
-            h.update(b"\0")
-            h.update(path.read_bytes())
-            h.update(b"\0")
+    for path in _source_files(root):
+        data = path.read_bytes()
+        h.update(path.relative_to(root).as_posix().encode())
+        h.update(b"\0")
+        h.update(_code_only(data) if path.suffix == ".py" else data)
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def src_bytes_hash(root: Path | None = None) -> str:
+    """sha256 of every file under src/semiparam, path and bytes: the code hash of devsuite
+    version 1 records (see ``tabular_defaults.py --rekey``)."""
+    root = root or REPO / "src" / "semiparam"
+    h = hashlib.sha256()
+    for path in _source_files(root):
+        h.update(path.relative_to(root).as_posix().encode())
+        h.update(b"\0")
+        h.update(path.read_bytes())
+        h.update(b"\0")
     return h.hexdigest()[:16]
 
 

@@ -232,6 +232,30 @@ def prune(jsonl: Path, keys: KeyMaker) -> tuple[int, int]:
     return len(keep), len(records) - len(keep)
 
 
+def rekey(jsonl: Path, keys: KeyMaker) -> tuple[int, int]:
+    """Move records keyed on the byte hash of src/semiparam to the docstring-blind code hash, but
+    only those whose byte hash is that of the current tree, i.e. made by exactly this code;
+    (rekeyed, left)."""
+    legacy = ds.src_bytes_hash()
+    records = read_records(jsonl)
+    moved = 0
+    for r in records:
+        code = r.get("code") or {}
+        if code.get("src_sha256") != legacy or "src_bytes_sha256" in code:
+            continue
+        table, model, split = r["table"], r["model"], int(r["split"])
+        settings = keys.settings(
+            table, model, split, r.get("overrides") or {}, int(r.get("tuned_trials", 20))
+        )
+        r["code"] = {**code, "src_sha256": keys.code["src_sha256"], "src_bytes_sha256": legacy}
+        r["key"] = keys.key(table, model, split, settings)
+        moved += 1
+    tmp = jsonl.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in records))
+    tmp.replace(jsonl)
+    return moved, len(records) - moved
+
+
 # -- report -------------------------------------------------------------------------------------------
 
 
@@ -518,7 +542,15 @@ def build_report(
                 for h in (scores[t].get(m) or {}).get("history") or []:
                     if not h:
                         continue
-                    n_steps = h.get("n_steps", h.get("len_steps"))
+                    members = h.get("members") or [{}]
+                    n_steps = h.get("n_steps", h.get("len_steps", members[0].get("steps")))
+                    # an ensemble's history: member 0 speaks for the fit; the others are in the JSON
+                    h = {**h, "best_val_loss": h.get("best_val_loss", members[0].get("best_val_loss"))}
+                    last_10 = (
+                        "yes"
+                        if n_steps and h.get("best_step") is not None and h["best_step"] >= 0.9 * n_steps
+                        else "no"
+                    )
                     extra = {
                         k: v
                         for k, v in h.items()
@@ -535,7 +567,7 @@ def build_report(
                             _fmt(h.get("best_step")),
                             _fmt(n_steps),
                             h.get("stop_reason") or "–",
-                            _fmt(h.get("stopped_early")),
+                            last_10,
                             _fmt(h.get("best_val_loss")),
                             _fmt(h.get("seconds"), 3),
                             ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(extra.items())) or "",
@@ -543,12 +575,19 @@ def build_report(
                     )
         md.append(
             _table(
-                ["table", "model", "best step", "steps run", "stop reason", "stopped early",
+                ["table", "model", "best step", "steps run", "stop reason", "best in last 10%",
                  "best val loss", "train s", "other"],
                 rows,
             )
         )  # fmt: skip
-        md.append("")
+        md += [
+            "",
+            '"plateau, annealed": the smoothed validation loss stopped improving, then the learning '
+            "rate was annealed over a quarter of the steps run (the adaptive schedule), so the best "
+            'checkpoint usually falls in that anneal; "max_steps" or "time_budget" would mean the '
+            "fit was cut off.",
+            "",
+        ]
 
     tuned = [m for m in ds.TUNED_MODELS if m in present]
     if tuned:
@@ -624,9 +663,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument("--prune", action="store_true", help="delete stale lines from the JSONL")
     parser.add_argument("--key-git", action="store_true", help="put git HEAD + dirty flag in the keys")
+    parser.add_argument(
+        "--rekey", action="store_true", help="move records made by this exact tree to the code hash"
+    )
     args = parser.parse_args(argv)
     sets = parse_sets(args.set)
     jsonl = args.out / JSONL_NAME
+    if args.rekey:
+        moved, left = rekey(jsonl, KeyMaker(include_git=args.key_git)) if jsonl.exists() else (0, 0)
+        print(f"rekeyed {jsonl}: {moved} records, {left} left as they were")
+        return 0
     if not args.report_only:
         run_grid(args, sets, jsonl)
     if args.prune and jsonl.exists():

@@ -70,9 +70,9 @@ class NPTConfig(FrozenConfig):
 
     @classmethod
     def cpu(cls) -> NPTConfig:
-        """Small enough to train on a laptop CPU in seconds to a minute on tables of a few
-        thousand rows; periodic numeric embeddings (see ``n_frequencies``), chosen by the study in
-        ``benchmarks/tabular_study.py``."""
+        """Small enough to train on a laptop CPU in a minute or a few on tables of a few thousand
+        rows: e=16 (capped so that a row token has at most 256 channels), 4 blocks, 4 heads,
+        periodic numeric embeddings (see ``n_frequencies``)."""
         return cls(n_frequencies=16, frequency_scale=0.5, max_row_width=256)
 
     def for_columns(self, n_columns: int) -> NPTConfig:

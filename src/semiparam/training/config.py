@@ -102,9 +102,11 @@ class TrainConfig(FrozenConfig):
         "adaptive" (flat until the smoothed validation loss has not improved for ``patience``
         evaluations, then a cosine anneal over a quarter of the steps run, ``max_steps`` only a
         ceiling); the feature-loss weight is annealed over ``tradeoff_steps`` rather than the whole
-        run; continuous features go through a quantile map (``feature_transform``). The values
-        were chosen by the study in ``benchmarks/tabular_study.py``; its report
-        (``benchmarks/results/tabular_study_npt.md``) gives the measurements."""
+        run; continuous features go through a quantile map (``feature_transform``); categorical
+        targets are label-smoothed in training and temperature-scaled after it. These values come
+        from short trials on the development suite (``benchmarks/devsuite.py``), not yet from a
+        completed search: ``benchmarks/tabular_study.py`` is the study meant to tune them, and
+        ``benchmarks/results/tabular_defaults.md`` shows how they compare with gradient boosting."""
         return cls(
             learning_rate=1e-2,
             lr_schedule="adaptive",
