@@ -4,7 +4,8 @@ If a change to the defaults, the training loop or the model makes NPT learn wors
 scikit-learn's Wisconsin breast cancer table (569 rows, 30 features, shipped with scikit-learn),
 the demo's seeded, stratified 80/20 split, ``NPTClassifier`` with only ``random_state`` set. The
 stated quality: held-out accuracy of at least 0.93 and log loss of at most 0.30 (predicting the
-class shares gives 0.66), from a fit that ends by itself, on a plateau, within the time limit.
+class shares gives 0.66), from a fit that ends by itself, on a plateau, well before the step
+ceiling (the demo prints the fit time; on the 2-core development machine it is about a minute).
 """
 
 import time
@@ -28,4 +29,6 @@ def test_default_npt_learns_breast_cancer():
     assert accuracy_score(y_test, proba.argmax(1)) >= 0.93, facts
     assert log_loss(y_test, proba) <= 0.30, facts
     assert history.stop_reason.startswith("plateau"), facts  # converged, not cut off
-    assert seconds < 120, facts  # generous for a shared CI machine; the benchmark reports the time
+    # the fit time is reported by the demo and benchmarks/tabular_defaults.py, not asserted here
+    # (a shared CI machine makes a timed assertion flaky); a plateau well before the ceiling is
+    assert history.n_steps < model.learner_.train_config.max_steps // 2, facts
