@@ -1091,12 +1091,20 @@ def cell_key(
     code: Mapping[str, Any],
     library_version: str | None,
     include_git: bool = False,
+    src_keyed: bool | None = None,
 ) -> str:
     """The cache key of one (table, model, split) cell: a hash of the table (rows, columns, seeds,
-    data), the model's resolved settings, its library's version, the devsuite version and the hash
-    of src/semiparam. ``include_git`` adds git HEAD and the dirty flag (then any commit, even one
-    that only adds results, makes every earlier cell stale)."""
-    code_part = {"src_sha256": code.get("src_sha256"), "devsuite_version": code.get("devsuite_version")}
+    data), the model's resolved settings, its library's version, the devsuite version and, for NPT
+    and SPIN, the hash of src/semiparam. A baseline's result does not depend on the model code in
+    src/semiparam (its data are in the table's hash, its code in its library's version), so a
+    change to NPT leaves its cells current. ``src_keyed`` forces either scheme (the records of
+    devsuite version 1 keyed every model on the src hash). ``include_git`` adds git HEAD and the
+    dirty flag (then any commit, even one that only adds results, makes every earlier cell stale)."""
+    if src_keyed is None:
+        src_keyed = model.removesuffix("_tuned") in NEURAL_MODELS
+    code_part = {"devsuite_version": code.get("devsuite_version")}
+    if src_keyed:
+        code_part["src_sha256"] = code.get("src_sha256")
     if include_git:
         code_part.update(git_head=code.get("git_head"), git_dirty=code.get("git_dirty"))
     payload = {

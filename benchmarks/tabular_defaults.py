@@ -134,15 +134,24 @@ class KeyMaker:
         est = ds.make_model(model, task, ds.split_seed(table, split), overrides, tuned_trials=tuned_trials)
         return ds.model_settings(model, est, overrides)
 
-    def key(self, table: str, model: str, split: int, settings: Mapping) -> str:
+    def key(
+        self,
+        table: str,
+        model: str,
+        split: int,
+        settings: Mapping,
+        code: Mapping | None = None,
+        src_keyed: bool | None = None,
+    ) -> str:
         return ds.cell_key(
             self.fingerprint(table),
             model,
             split,
             settings,
-            self.code,
+            self.code if code is None else code,
             ds.library_version(model),
             include_git=self.include_git,
+            src_keyed=src_keyed,
         )
 
     def record_is_current(self, record: Mapping[str, Any]) -> bool:
@@ -233,20 +242,31 @@ def prune(jsonl: Path, keys: KeyMaker) -> tuple[int, int]:
 
 
 def rekey(jsonl: Path, keys: KeyMaker) -> tuple[int, int]:
-    """Move records keyed on the byte hash of src/semiparam to the docstring-blind code hash, but
-    only those whose byte hash is that of the current tree, i.e. made by exactly this code;
-    (rekeyed, left)."""
+    """Bring old records to the current key scheme; (rekeyed, left). NPT/SPIN records keyed on the
+    byte hash of src/semiparam move to the docstring-blind code hash, but only those whose byte hash
+    is that of the current tree, i.e. made by exactly this code. Baseline records keyed on the src
+    hash move to the key without it when their key holds for the code they record and today's
+    settings (library versions included)."""
     legacy = ds.src_bytes_hash()
     records = read_records(jsonl)
     moved = 0
     for r in records:
         code = r.get("code") or {}
-        if code.get("src_sha256") != legacy or "src_bytes_sha256" in code:
-            continue
         table, model, split = r["table"], r["model"], int(r["split"])
+        if table not in ds.TABLES or model not in ds.ALL_MODELS:
+            continue
         settings = keys.settings(
             table, model, split, r.get("overrides") or {}, int(r.get("tuned_trials", 20))
         )
+        if model.removesuffix("_tuned") not in ds.NEURAL_MODELS:
+            # a baseline keyed on the src hash too (as every cell was until the src hash left the
+            # baselines' keys): still current if that key holds for its own code and today's settings
+            if r.get("key") == keys.key(table, model, split, settings, code=code, src_keyed=True):
+                r["key"] = keys.key(table, model, split, settings)
+                moved += 1
+            continue
+        if code.get("src_sha256") != legacy or "src_bytes_sha256" in code:
+            continue
         r["code"] = {**code, "src_sha256": keys.code["src_sha256"], "src_bytes_sha256": legacy}
         r["key"] = keys.key(table, model, split, settings)
         moved += 1

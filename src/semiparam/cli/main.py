@@ -1,7 +1,9 @@
 """``semiparam`` command line: fit | predict | impute | impute-vcf | demo | bench.
 
 Each ``fit`` writes one run directory: ``config.json`` (every resolved setting), ``metrics.json``
-(training history, validation loss, timings) and ``model/`` (weights and fitted state, no pickle).
+(training history, validation loss, timings), ``model/`` (weights and fitted state, no pickle) and
+``checkpoint/`` (the training state, written as it trains: ``fit --out RUN --resume`` continues a
+killed fit to the result of an uninterrupted one).
 Settings come from the preset, then an optional TOML file with ``[model]`` and ``[train]`` tables,
 then ``--set section.key=value`` overrides; unknown keys raise.
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -23,6 +26,8 @@ import pandas as pd
 
 from .._config import ConfigError, parse_override
 from .._io import atomic_directory, atomic_file
+
+CHECKPOINT_DIR = "checkpoint"  # in a run directory: the training state of ``fit`` (see --resume)
 
 
 def read_table(path: str | Path, na_values: list[str] | None = None) -> pd.DataFrame:
@@ -111,11 +116,19 @@ def _training_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_fit(args: argparse.Namespace) -> int:
     from ..estimators.tabular import TablePredictor
 
+    if args.resume and not args.out:
+        raise ValueError("--resume needs --out: the run directory of the fit to continue")
     out = Path(args.out or f"runs/{args.model}-{time.strftime('%Y%m%d-%H%M%S')}")
-    # an empty directory may be reused; anything else needs --force (checked before training)
-    replace = args.force or (out.is_dir() and not any(out.iterdir()))
-    if out.exists() and not replace:
-        raise FileExistsError(f"{out} already exists and is not empty; pass --force to replace it")
+    checkpoints = out / CHECKPOINT_DIR
+    if args.resume:
+        if not checkpoints.is_dir():
+            raise FileNotFoundError(f"{out}: no training checkpoint to resume ({checkpoints} is absent)")
+    elif out.exists() and not (out.is_dir() and not any(out.iterdir())):
+        # an empty directory may be reused; anything else needs --force (checked before training)
+        if not args.force:
+            raise FileExistsError(f"{out} already exists and is not empty; pass --force to replace it")
+        if checkpoints.exists():  # the old run's checkpoint is of another fit: start afresh
+            shutil.rmtree(checkpoints)
     frame = read_table(args.data, _split_list(args.na_values))
     targets = _split_list(args.target) or []
     predictor = TablePredictor(
@@ -126,10 +139,14 @@ def cmd_fit(args: argparse.Namespace) -> int:
         **_training_kwargs(args),
     )
     start = time.perf_counter()
-    predictor.fit(frame)
+    # the training state goes to <out>/checkpoint/ as it trains; the finished run replaces the
+    # directory at once (the checkpoint moves into it, so --resume on a finished run is a no-op)
+    predictor.fit(frame, checkpoint_dir=checkpoints, resume=args.resume)
     seconds = time.perf_counter() - start
-    with atomic_directory(out, overwrite=replace) as tmp:
+    with atomic_directory(out, overwrite=True) as tmp:
         _write_run(tmp, args, targets, predictor, seconds)
+        if checkpoints.is_dir():
+            checkpoints.rename(tmp / CHECKPOINT_DIR)
     history = predictor.learner_.history
     best = ""
     if history.best_val_loss is not None:
@@ -238,6 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--loss", default="squared_error", help="squared_error | gaussian (continuous targets)")
     p.add_argument("--out", help="run directory (default runs/<model>-<time>)")
     p.add_argument("--force", action="store_true", help="replace an existing, non-empty run directory")
+    p.add_argument(
+        "--resume", action="store_true", help="continue the killed fit whose run directory is --out"
+    )
     p.add_argument("--time-budget", type=float, help="seconds of training (stops and anneals before)")
     p.add_argument("--n-estimators", type=int, default=1, help="ensemble members (default 1)")
     common(p)

@@ -226,6 +226,16 @@ class TableEncoder:
     means: dict[str, float]
     stds: dict[str, float]
     quantiles: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    # the fitted transformers rebuilt from ``quantiles`` once per column, not on every call
+    _transformers: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def _quantile_map(self, name: str) -> Any | None:
+        q = self.quantiles.get(name)
+        if q is None:
+            return None
+        if name not in self._transformers:
+            self._transformers[name] = _quantile_transformer(q["quantiles"], q["references"])
+        return self._transformers[name]
 
     @classmethod
     def fit(
@@ -265,13 +275,12 @@ class TableEncoder:
         return cls(schema, means, stds, quantiles)
 
     def _forward_map(self, name: str, x: np.ndarray) -> np.ndarray:
-        q = self.quantiles.get(name)
-        if q is None:
+        qt = self._quantile_map(name)
+        if qt is None:
             return x
         out = np.full_like(x, np.nan)
         ok = ~np.isnan(x)
         if ok.any():
-            qt = _quantile_transformer(q["quantiles"], q["references"])
             out[ok] = qt.transform(x[ok].reshape(-1, 1))[:, 0]
         return out
 
@@ -317,10 +326,9 @@ class TableEncoder:
 
     def decode_continuous(self, name: str, z: np.ndarray) -> np.ndarray:
         x = z * self.stds[name] + self.means[name]
-        q = self.quantiles.get(name)
-        if q is None:
+        qt = self._quantile_map(name)
+        if qt is None:
             return x
-        qt = _quantile_transformer(q["quantiles"], q["references"])
         return qt.inverse_transform(np.asarray(x, dtype=np.float64).reshape(-1, 1))[:, 0]
 
     def to_dict(self) -> dict[str, Any]:

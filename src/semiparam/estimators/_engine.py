@@ -30,6 +30,7 @@ from .._io import ModelFileError, atomic_directory, available_device, read_json,
 from ..data.table import DataValidationError, EncodedTable, TableEncoder, TableSchema
 from ..models.registry import get_model
 from ..nn.columns import CATEGORICAL, ColumnOutputs
+from ..training.checkpoint import TrainingCheckpoint, fingerprint, numpy_rng_state, set_numpy_rng_state
 from ..training.config import TrainConfig
 from ..training.losses import cell_losses, gaussian_std
 from ..training.masking import mask_for_inference
@@ -69,6 +70,46 @@ def split_validation(
     val = order[val_pos]
     train = np.setdiff1d(np.arange(n), val)
     return train, np.sort(val)
+
+
+class _RowSampler:
+    """The rows of each training step: the whole table when it fits in one batch, else a fresh
+    stratified deal of the rows into batches every epoch. Its state (generator, the rest of the
+    epoch) goes into training checkpoints."""
+
+    def __init__(
+        self,
+        values: torch.Tensor,
+        missing: torch.Tensor,
+        labelled: torch.Tensor,
+        batch_size: int,
+        strata: np.ndarray | None,
+        rng: np.random.Generator,
+    ) -> None:
+        self.values, self.missing, self.labelled = values, missing, labelled
+        self.n_rows = len(values)
+        self.n_batches = max(1, math.ceil(self.n_rows / batch_size))
+        self.strata, self.rng = strata, rng
+        self.epoch_batches: list[np.ndarray] = []
+
+    def __call__(self, step: int) -> Batch:
+        if self.n_batches == 1:
+            return Batch(self.values, self.missing, self.labelled)
+        if not self.epoch_batches:  # new epoch: a fresh stratified deal of rows into batches
+            order = stratified_order(self.n_rows, self.strata, self.rng)
+            self.epoch_batches.extend(order[k :: self.n_batches] for k in range(self.n_batches))
+        idx = torch.as_tensor(self.epoch_batches.pop(), device=self.values.device)
+        return Batch(self.values[idx], self.missing[idx], self.labelled[idx])
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "rng": numpy_rng_state(self.rng),
+            "epoch_batches": [torch.as_tensor(b) for b in self.epoch_batches],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        set_numpy_rng_state(self.rng, state["rng"])
+        self.epoch_batches = [b.cpu().numpy() for b in state["epoch_batches"]]
 
 
 class TableLearner:
@@ -140,22 +181,56 @@ class TableLearner:
         schema: TableSchema,
         *,
         unlabeled: pd.DataFrame | None = None,
+        checkpoint_dir: str | Path | None = None,
+        resume: bool = False,
     ) -> TableLearner:
         """Train on ``frame`` (all schema columns). ``unlabeled`` rows (features only) join
-        training with their targets hidden: the paper's transductive mode."""
+        training with their targets hidden: the paper's transductive mode. ``checkpoint_dir``,
+        ``resume``: see :meth:`fit_encoded`."""
+        enc, enc_u = self.encode_for_fit(frame, schema, unlabeled)
+        assert self.encoder is not None
+        return self.fit_encoded(self.encoder, enc, enc_u, checkpoint_dir=checkpoint_dir, resume=resume)
+
+    def _fingerprint(self, encoder: TableEncoder, enc: EncodedTable, enc_u: EncodedTable | None) -> str:
+        """What a checkpoint must have been made from: the encoded rows, the encoder, the
+        settings (but how often checkpoints are written) and the seed."""
+        cadence = {"checkpoint_every_steps", "checkpoint_every_seconds"}
+        train = {k: v for k, v in self.train_config.to_dict().items() if k not in cadence}
+        arrays = [enc.values, enc.missing] + ([enc_u.values, enc_u.missing] if enc_u is not None else [])
+        return fingerprint(
+            *arrays, encoder.to_dict(), self.model_name, self.model_config.to_dict(), train, self.seed
+        )
+
+    def encode_for_fit(
+        self, frame: pd.DataFrame, schema: TableSchema, unlabeled: pd.DataFrame | None
+    ) -> tuple[EncodedTable, EncodedTable | None]:
+        """Fit the encoder (:meth:`fit_encoder`) and encode the training rows and the unlabelled
+        rows (their targets absent): the arrays :meth:`fit_encoded` trains on."""
         self.fit_encoder(frame, schema, unlabeled)
         assert self.encoder is not None
         enc = self.encoder.transform(frame)
         enc_u = None
         if unlabeled is not None and len(unlabeled):
             enc_u = self.encoder.transform(unlabeled, absent=schema.targets)
-        return self.fit_encoded(self.encoder, enc, enc_u)
+        return enc, enc_u
 
     def fit_encoded(
-        self, encoder: TableEncoder, enc: EncodedTable, enc_u: EncodedTable | None = None
+        self,
+        encoder: TableEncoder,
+        enc: EncodedTable,
+        enc_u: EncodedTable | None = None,
+        *,
+        checkpoint_dir: str | Path | None = None,
+        resume: bool = False,
     ) -> TableLearner:
         """Train on rows already encoded by ``encoder`` (shared by the members of an ensemble);
-        ``enc_u``: unlabelled rows (targets missing) that join training."""
+        ``enc_u``: unlabelled rows (targets missing) that join training.
+
+        ``checkpoint_dir``: write the training state there every ``checkpoint_every_steps`` steps
+        or ``checkpoint_every_seconds`` (see ``training.checkpoint``); an existing checkpoint
+        raises :class:`FileExistsError` unless ``resume``, which continues it (to the result of
+        an uninterrupted fit with the same seed) or starts afresh when there is none. A checkpoint
+        of other data, settings or seed raises ``CheckpointMismatchError``."""
         cfg = self.train_config
         self.encoder = encoder
         schema = encoder.schema
@@ -180,21 +255,28 @@ class TableLearner:
                 [strata[train_idx], np.full(len(train_values) - len(train_idx), -2)]
             )
 
-        values_t = torch.as_tensor(train_values, device=self.device)
-        missing_t = torch.as_tensor(train_missing, device=self.device)
-        labelled_t = torch.as_tensor(labelled, device=self.device)
-        n_rows = len(values_t)
-        n_batches = max(1, math.ceil(n_rows / cfg.batch_size))
-        epoch_batches: list[np.ndarray] = []
-
-        def next_batch(step: int) -> Batch:
-            if n_batches == 1:
-                return Batch(values_t, missing_t, labelled_t)
-            if not epoch_batches:  # new epoch: a fresh stratified deal of rows into batches
-                order = stratified_order(n_rows, train_strata, rng)
-                epoch_batches.extend(order[k::n_batches] for k in range(n_batches))
-            idx = torch.as_tensor(epoch_batches.pop(), device=self.device)
-            return Batch(values_t[idx], missing_t[idx], labelled_t[idx])
+        sampler = _RowSampler(
+            torch.as_tensor(train_values, device=self.device),
+            torch.as_tensor(train_missing, device=self.device),
+            torch.as_tensor(labelled, device=self.device),
+            cfg.batch_size,
+            train_strata,
+            rng,
+        )
+        checkpoint, state = None, None
+        if checkpoint_dir is not None:
+            checkpoint = TrainingCheckpoint(
+                checkpoint_dir,
+                self._fingerprint(encoder, enc, enc_u),
+                every_steps=cfg.checkpoint_every_steps,
+                every_seconds=cfg.checkpoint_every_seconds,
+            )
+            if checkpoint.path.exists() and not resume:
+                raise FileExistsError(
+                    f"{checkpoint.path} holds the checkpoint of an earlier fit; pass resume=True "
+                    "(--resume) to continue it, or remove it to start afresh"
+                )
+            state = checkpoint.read(map_location=self.device) if resume else None
 
         fork_devices = [self.device.index or 0] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=fork_devices):
@@ -216,7 +298,9 @@ class TableLearner:
                 callbacks=callbacks,
                 generator=generator,
             )
-            self.history = trainer.fit(next_batch, evaluate)
+            self.history = trainer.fit(
+                sampler, evaluate, checkpoint=checkpoint, resume=state, sampler=sampler
+            )
         self._inference_copy = None
         self.temperatures = {}
         if cfg.calibrate and len(val_idx):
@@ -441,10 +525,8 @@ class TableLearner:
     ) -> tuple[TableLearner, dict[str, Any]]:
         path = Path(path)
         meta_file = path / "semiparam.json"
-        if not meta_file.exists():
-            raise FileNotFoundError(f"{path} is not a saved semiparam model (no semiparam.json)")
-        meta = read_json(meta_file)
-        if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION:
+        meta = read_model_meta(path)
+        if meta.get("format_version") != FORMAT_VERSION:
             version = meta.get("format_version") if isinstance(meta, dict) else None
             raise ModelFileError(f"{meta_file}: unsupported model format {version!r}")
         config_cls, _ = get_model(meta["model_name"])
@@ -474,6 +556,18 @@ class TableLearner:
         return learner, meta["estimator"]
 
 
+def read_model_meta(path: Path) -> dict[str, Any]:
+    """The ``semiparam.json`` of a saved model directory, as a dict; a clear error if absent or
+    not a JSON object."""
+    meta_file = Path(path) / "semiparam.json"
+    if not meta_file.exists():
+        raise FileNotFoundError(f"{path} is not a saved semiparam model (no semiparam.json)")
+    meta = read_json(meta_file)
+    if not isinstance(meta, dict):
+        raise ModelFileError(f"{meta_file}: expected a JSON object, got {type(meta).__name__}")
+    return meta
+
+
 def _json_default(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
@@ -482,4 +576,4 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"cannot store {type(value).__name__} in JSON")
 
 
-__all__ = ["TableLearner", "DataValidationError", "resolve_device"]
+__all__ = ["TableLearner", "DataValidationError", "read_model_meta", "resolve_device"]

@@ -29,7 +29,8 @@ import torch
 from ..data.table import EncodedTable, TableEncoder, TableSchema
 from ..training.config import TrainConfig
 from ..training.trainer import TrainHistory
-from ._engine import FORMAT_VERSION, TableLearner, _json_default
+from .._io import atomic_directory
+from ._engine import FORMAT_VERSION, TableLearner, _json_default, read_model_meta
 
 ENSEMBLE_FORMAT = "ensemble-1"
 
@@ -152,19 +153,25 @@ class EnsembleLearner:
 
     # -- fitting --------------------------------------------------------------------------------
     def fit(
-        self, frame: pd.DataFrame, schema: TableSchema, *, unlabeled: pd.DataFrame | None = None
+        self,
+        frame: pd.DataFrame,
+        schema: TableSchema,
+        *,
+        unlabeled: pd.DataFrame | None = None,
+        checkpoint_dir: str | Path | None = None,
+        resume: bool = False,
     ) -> EnsembleLearner:
+        """Fit the encoder once, then every member. ``checkpoint_dir``: each member checkpoints
+        into ``member_<k>/`` under it; ``resume`` continues a killed fit (members that finished
+        are not trained again). See :meth:`TableLearner.fit_encoded`."""
         start = time.perf_counter()
         first = self.members[0]
-        first.fit_encoder(frame, schema, unlabeled)
+        enc, enc_u = first.encode_for_fit(frame, schema, unlabeled)
         assert first.encoder is not None
         self.encoder = first.encoder
-        enc = self.encoder.transform(frame)
-        enc_u = None
-        if unlabeled is not None and len(unlabeled):
-            enc_u = self.encoder.transform(unlabeled, absent=schema.targets)
-        for member in self.members:
-            member.fit_encoded(self.encoder, enc, enc_u)
+        for k, member in enumerate(self.members):
+            member_dir = None if checkpoint_dir is None else Path(checkpoint_dir) / f"member_{k}"
+            member.fit_encoded(self.encoder, enc, enc_u, checkpoint_dir=member_dir, resume=resume)
         self.history = EnsembleHistory(
             [m.history for m in self.members if m.history is not None], time.perf_counter() - start
         )
@@ -214,14 +221,9 @@ class EnsembleLearner:
             raise RuntimeError("nothing to save: the model is not fitted")
         if len(self.members) == 1:
             return self.members[0].save(path, extra, overwrite=overwrite)
-        try:
-            from .._io import atomic_directory
-        except ImportError:  # pragma: no cover - before the safe-save helper landed
-            atomic_directory = None
         path = Path(path)
-
-        def write(target: Path) -> None:
-            target.mkdir(parents=True, exist_ok=True)
+        with atomic_directory(path, overwrite=overwrite) as tmp:
+            target = Path(tmp)
             meta = {
                 "format_version": FORMAT_VERSION,
                 "layout": ENSEMBLE_FORMAT,
@@ -233,12 +235,6 @@ class EnsembleLearner:
             for k, member in enumerate(self.members):
                 member.save(target / f"member_{k}")
             (target / "semiparam.json").write_text(json.dumps(meta, indent=2, default=_json_default))
-
-        if atomic_directory is not None:
-            with atomic_directory(path, overwrite=overwrite) as tmp:
-                write(Path(tmp))
-        else:
-            write(path)
         return path
 
     @classmethod
@@ -246,14 +242,9 @@ class EnsembleLearner:
         cls, path: str | Path, *, device: str | torch.device | None = None
     ) -> tuple[EnsembleLearner, dict[str, Any]]:
         path = Path(path)
-        meta_file = path / "semiparam.json"
-        if not meta_file.exists():
-            raise FileNotFoundError(f"{path} is not a saved semiparam model (no semiparam.json)")
-        from .._io import read_json
-
-        meta = read_json(meta_file)
+        meta = read_model_meta(path)
         # a single model (or one saved before ensembles existed) has the single model's layout
-        if not isinstance(meta, dict) or meta.get("layout") != ENSEMBLE_FORMAT:
+        if meta.get("layout") != ENSEMBLE_FORMAT:
             learner, extra = TableLearner.load(path, device=device)
             members, history = [learner], EnsembleHistory([learner.history])  # type: ignore[list-item]
         else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -76,11 +77,17 @@ class TableImputer(TransformerMixin, TableEstimatorMixin):
         tags.input_tags.allow_nan = True
         return tags
 
-    def fit(self, X: Any, y: Any = None) -> TableImputer:
+    def fit(
+        self, X: Any, y: Any = None, *, checkpoint_dir: str | Path | None = None, resume: bool = False
+    ) -> TableImputer:
+        """Learn to fill any cell of ``X`` from the others (``y`` is ignored). ``checkpoint_dir``
+        and ``resume``: as :meth:`TableClassifier.fit`."""
         frame = self._as_frame(X, reset=True)
         self.feature_columns_ = list(frame.columns)
         schema = infer_schema(frame, categorical=self._categorical_features(frame))
-        self.learner_ = self._new_learner().fit(frame, schema)
+        self.learner_ = self._new_learner().fit(
+            frame, schema, checkpoint_dir=checkpoint_dir, resume=resume
+        )
         return self
 
     def transform(self, X: Any) -> Any:

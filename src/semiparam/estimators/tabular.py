@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,7 +31,13 @@ def _require_y(estimator: Any, y: Any) -> None:
 
 class _SupervisedTableEstimator(TableEstimatorMixin):
     def _fit_frame(
-        self, X: Any, targets: pd.DataFrame, target_specs: Sequence[ColumnSpec], X_unlabeled: Any
+        self,
+        X: Any,
+        targets: pd.DataFrame,
+        target_specs: Sequence[ColumnSpec],
+        X_unlabeled: Any,
+        checkpoint_dir: str | Path | None = None,
+        resume: bool = False,
     ) -> None:
         frame = self._as_frame(X, reset=True)
         if len(targets) != len(frame):
@@ -46,7 +53,9 @@ class _SupervisedTableEstimator(TableEstimatorMixin):
             feature_schema.columns + tuple(target_specs), tuple(s.name for s in target_specs)
         )
         table = pd.concat([frame.reset_index(drop=True), targets.reset_index(drop=True)], axis=1)
-        self.learner_ = self._new_learner().fit(table, schema, unlabeled=unlabeled)
+        self.learner_ = self._new_learner().fit(
+            table, schema, unlabeled=unlabeled, checkpoint_dir=checkpoint_dir, resume=resume
+        )
 
     def _context_frame(self, X: Any, targets: pd.DataFrame) -> pd.DataFrame:
         frame = self._as_frame(X, reset=False).reset_index(drop=True)
@@ -59,6 +68,16 @@ class _SupervisedTableEstimator(TableEstimatorMixin):
         frame = self._as_frame(X, reset=False)
         targets = list(self.learner_.schema.targets)
         return self.learner_.predict_columns(frame, targets, absent=targets)
+
+
+_FIT_DOC = """
+
+        ``checkpoint_dir``: write the training state there every few steps or minutes
+        (``checkpoint_every_steps`` / ``checkpoint_every_seconds`` in ``train_options``), so a
+        killed fit can be continued with ``resume=True`` to the result of an uninterrupted one
+        (same ``random_state``). Without ``resume`` an existing checkpoint raises
+        ``FileExistsError``; with it and no checkpoint the fit starts afresh; a checkpoint of other
+        data, settings or seed raises ``CheckpointMismatchError``."""
 
 
 class _ContinuousLossMixin:
@@ -132,7 +151,15 @@ class TableClassifier(ClassifierMixin, _SupervisedTableEstimator):
         tags.non_deterministic = False
         return tags
 
-    def fit(self, X: Any, y: Any, X_unlabeled: Any = None) -> TableClassifier:
+    def fit(
+        self,
+        X: Any,
+        y: Any,
+        X_unlabeled: Any = None,
+        *,
+        checkpoint_dir: str | Path | None = None,
+        resume: bool = False,
+    ) -> TableClassifier:
         """Fit on ``X`` (DataFrame or array) and labels ``y``. ``X_unlabeled``: extra rows without
         labels that join training (transductive mode of the paper)."""
         _require_y(self, y)
@@ -144,7 +171,8 @@ class TableClassifier(ClassifierMixin, _SupervisedTableEstimator):
         spec = ColumnSpec(
             TARGET, CATEGORICAL, tuple(c.item() if isinstance(c, np.generic) else c for c in self.classes_)
         )
-        self._fit_frame(X, pd.DataFrame({TARGET: pd.Series(y, dtype=object)}), [spec], X_unlabeled)
+        labels = pd.DataFrame({TARGET: pd.Series(y, dtype=object)})
+        self._fit_frame(X, labels, [spec], X_unlabeled, checkpoint_dir, resume)
         return self
 
     def set_context(self, X: Any, y: Any) -> TableClassifier:
@@ -215,7 +243,15 @@ class TableRegressor(RegressorMixin, _ContinuousLossMixin, _SupervisedTableEstim
         tags.target_tags.multi_output = True
         return tags
 
-    def fit(self, X: Any, y: Any, X_unlabeled: Any = None) -> TableRegressor:
+    def fit(
+        self,
+        X: Any,
+        y: Any,
+        X_unlabeled: Any = None,
+        *,
+        checkpoint_dir: str | Path | None = None,
+        resume: bool = False,
+    ) -> TableRegressor:
         """Fit on ``X`` and a continuous target ``y`` (n,) or several, ``y`` (n, k)."""
         _require_y(self, y)
         y_arr = np.asarray(y.to_numpy() if isinstance(y, (pd.Series, pd.DataFrame)) else y)
@@ -231,7 +267,8 @@ class TableRegressor(RegressorMixin, _ContinuousLossMixin, _SupervisedTableEstim
         names = [TARGET] if y_arr.ndim == 1 else [f"{TARGET}{k}" for k in range(y2.shape[1])]
         self.n_outputs_ = len(names)
         targets = pd.DataFrame(y2, columns=names)
-        self._fit_frame(X, targets, [ColumnSpec(n, CONTINUOUS) for n in names], X_unlabeled)
+        specs = [ColumnSpec(n, CONTINUOUS) for n in names]
+        self._fit_frame(X, targets, specs, X_unlabeled, checkpoint_dir, resume)
         return self
 
     def set_context(self, X: Any, y: Any) -> TableRegressor:
@@ -302,7 +339,15 @@ class TablePredictor(_ContinuousLossMixin, _SupervisedTableEstimator):
     def _model_name(self) -> str:  # type: ignore[override]
         return self.model
 
-    def fit(self, frame: pd.DataFrame, X_unlabeled: Any = None) -> TablePredictor:
+    def fit(
+        self,
+        frame: pd.DataFrame,
+        X_unlabeled: Any = None,
+        *,
+        checkpoint_dir: str | Path | None = None,
+        resume: bool = False,
+    ) -> TablePredictor:
+        """Fit on ``frame``, which holds the feature and the target columns."""
         if not isinstance(frame, pd.DataFrame):
             raise TypeError("TablePredictor.fit takes a DataFrame that holds the target columns")
         if not self.targets:
@@ -323,7 +368,8 @@ class TablePredictor(_ContinuousLossMixin, _SupervisedTableEstimator):
             )
         cats = self._categorical_features(frame)
         target_specs = infer_schema(labels, categorical=[t for t in targets if cats and t in cats]).columns
-        self._fit_frame(frame.drop(columns=targets), labels, list(target_specs), X_unlabeled)
+        features = frame.drop(columns=targets)
+        self._fit_frame(features, labels, list(target_specs), X_unlabeled, checkpoint_dir, resume)
         return self
 
     def predict(self, frame: Any) -> pd.DataFrame:
@@ -345,3 +391,9 @@ class TablePredictor(_ContinuousLossMixin, _SupervisedTableEstimator):
                 if "std" in entry:
                     result[f"{spec.name}_std"] = entry["std"]
         return pd.DataFrame(result)
+
+
+for _cls in (TableClassifier, TableRegressor, TablePredictor):
+    _cls.fit.__doc__ = (_cls.fit.__doc__ or "") + _FIT_DOC
+
+del _cls

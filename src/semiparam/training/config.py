@@ -60,6 +60,11 @@ class TrainConfig(FrozenConfig):
     # an NPT that copies labels from its context becomes arbitrarily sure on small tables, and a
     # handful of confident mistakes then dominates the test log loss
     label_smoothing: float = 0.0
+    # with a checkpoint directory (``fit(..., checkpoint_dir=)``, ``semiparam fit --out``): write
+    # the training state every this many steps or seconds, whichever comes first (None: not by
+    # that rule); neither changes what is learned
+    checkpoint_every_steps: int | None = 100
+    checkpoint_every_seconds: float | None = 300.0
 
     def validate(self) -> None:
         if self.max_steps < 1:
@@ -80,6 +85,12 @@ class TrainConfig(FrozenConfig):
             raise ConfigError("anneal_fraction, min_anneal_steps and min_steps must be >= 0")
         if self.tradeoff_steps is not None and self.tradeoff_steps < 1:
             raise ConfigError(f"tradeoff_steps must be >= 1 or None, got {self.tradeoff_steps}")
+        if self.checkpoint_every_steps is not None and self.checkpoint_every_steps < 1:
+            raise ConfigError(f"checkpoint_every_steps must be >= 1 or None, got {self.checkpoint_every_steps}")
+        if self.checkpoint_every_seconds is not None and not self.checkpoint_every_seconds > 0:
+            raise ConfigError(
+                f"checkpoint_every_seconds must be > 0 or None, got {self.checkpoint_every_seconds}"
+            )
         if self.patience is not None and self.patience < 1:
             raise ConfigError(f"patience must be >= 1 or None, got {self.patience}")
         self.masking()  # validates the masking probabilities

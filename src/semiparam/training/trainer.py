@@ -12,11 +12,13 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor, nn
 
 from ..nn.columns import ColumnLayout, ColumnOutputs
+from .checkpoint import TrainingCheckpoint, rng_state, set_rng_state
 from .config import TrainConfig
 from .losses import npt_loss
 from .masking import mask_for_training
@@ -57,11 +59,24 @@ class TrainHistory:
         return dict(self.__dict__)
 
 
+class SamplerState(Protocol):
+    """The caller's batch drawing (its random generator, the rest of its epoch), for checkpoints."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
 class Callback:
     def on_train_begin(self, trainer: Trainer) -> None: ...
     def on_step_end(self, trainer: Trainer, step: int, stats: dict[str, float]) -> None: ...
     def on_eval(self, trainer: Trainer, step: int, val_loss: float) -> None: ...
     def on_train_end(self, trainer: Trainer) -> None: ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed fit needs to carry on as if never stopped (see ``training.checkpoint``)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 class BestCheckpoint(Callback):
@@ -110,6 +125,19 @@ class BestCheckpoint(Callback):
         if self.best_state is not None:
             trainer.model.load_state_dict(self.best_state)
 
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "best_state": self.best_state,
+            "bad_evals": self.bad_evals,
+            "smoothed": self.smoothed,
+            "best_smoothed": self.best_smoothed,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.best_state = state["best_state"]
+        self.bad_evals = int(state["bad_evals"])
+        self.smoothed, self.best_smoothed = state["smoothed"], state["best_smoothed"]
+
 
 class ProgressBar(Callback):
     """A tqdm bar on a terminal; silent when stderr is not one (logs, CI) unless forced."""
@@ -123,7 +151,12 @@ class ProgressBar(Callback):
         if self.enabled:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=trainer.config.max_steps, desc=self.description, leave=False)
+            self.bar = tqdm(
+                total=trainer.config.max_steps,
+                initial=trainer.start_step,
+                desc=self.description,
+                leave=False,
+            )
 
     def on_step_end(self, trainer: Trainer, step: int, stats: dict[str, float]) -> None:
         if self.bar is not None:
@@ -167,6 +200,45 @@ class Trainer:
         self._stop_reason = ""
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(self.params, config)
+        self.start_step = 0  # > 0 when resumed from a checkpoint
+
+    # -- resumable state ------------------------------------------------------------------------
+    def state_dict(self, step: int, seconds: float, *, finished: bool = False) -> dict[str, Any]:
+        """Everything needed to continue after ``step`` exactly as an uninterrupted fit would;
+        ``finished``: training is over and the model holds its final (best) weights."""
+        state: dict[str, Any] = {
+            "step": step,
+            "finished": finished,
+            "seconds": seconds,
+            "model": {k: v.detach().clone() for k, v in self.model.state_dict().items()},
+            "history": self.history.to_dict(),
+        }
+        if not finished:
+            state.update(
+                optimizer=self.optimizer.state_dict(),
+                anneal_start=self.anneal_start,
+                anneal_steps=self.anneal_steps,
+                stop_reason=self._stop_reason,
+                callbacks=[cb.state_dict() for cb in self.callbacks],
+                rng=rng_state(self.generator, self.target_columns.device),
+            )
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.history = TrainHistory(**state["history"])
+        self.start_step = int(state["step"]) + 1
+        if state["finished"]:
+            return
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.anneal_start = state["anneal_start"]
+        self.anneal_steps = int(state["anneal_steps"])
+        self._stop_reason = state["stop_reason"]
+        if len(state["callbacks"]) != len(self.callbacks):
+            raise ValueError("the checkpoint's callbacks do not match this trainer's")
+        for cb, cb_state in zip(self.callbacks, state["callbacks"], strict=True):
+            cb.load_state_dict(cb_state)
+        set_rng_state(state["rng"], self.generator, self.target_columns.device)
 
     @property
     def adaptive(self) -> bool:
@@ -251,14 +323,38 @@ class Trainer:
         self,
         next_batch: Callable[[int], Batch],
         evaluate: Callable[[], float] | None = None,
+        *,
+        checkpoint: TrainingCheckpoint | None = None,
+        resume: dict[str, Any] | None = None,
+        sampler: SamplerState | None = None,
     ) -> TrainHistory:
-        start = time.perf_counter()
+        """Train; ``checkpoint`` is written every so often (and once more at the end) with the
+        trainer's state and ``sampler``'s (the caller's batch drawing); ``resume`` is such a state
+        to continue from. A finished state returns its history at once."""
         c = self.config
+        seconds_before = 0.0
+        if resume is not None:
+            self.load_state_dict(resume)
+            if resume["finished"]:
+                return self.history
+            if sampler is not None:
+                sampler.load_state_dict(resume["sampler"])
+            seconds_before = float(resume["seconds"])
+        start = time.perf_counter() - seconds_before
+
+        def snapshot(step: int, finished: bool = False) -> None:
+            assert checkpoint is not None
+            state = self.state_dict(step, time.perf_counter() - start, finished=finished)
+            if not finished and sampler is not None:
+                state["sampler"] = sampler.state_dict()
+            checkpoint.write(state)
+
         # the adaptive schedule anneals before the ceiling: anneal = anneal_fraction x steps run
         ceiling_anneal = int(c.max_steps / (1.0 + c.anneal_fraction)) if self.adaptive else None
         for cb in self.callbacks:
             cb.on_train_begin(self)
-        for step in range(c.max_steps):
+        step = self.start_step - 1
+        for step in range(self.start_step, c.max_steps):
             if self.adaptive and self.anneal_start is None:
                 elapsed = time.perf_counter() - start
                 if step == ceiling_anneal:
@@ -292,11 +388,17 @@ class Trainer:
                 self.stop = True
             if self.stop:
                 break
+            if checkpoint is not None and checkpoint.due(step):
+                snapshot(step)
         if self.anneal_start is not None:
             self.history.stop_reason = f"{self._stop_reason}, annealed"
+            # a plateau ended the run (after its anneal) before the step ceiling
+            self.history.stopped_early = self._stop_reason == "plateau"
         else:
             self.history.stop_reason = self._stop_reason or "max_steps"
         for cb in self.callbacks:
             cb.on_train_end(self)
         self.history.seconds = time.perf_counter() - start
+        if checkpoint is not None:
+            snapshot(step, finished=True)
         return self.history
