@@ -42,7 +42,6 @@ better; ranks are per table (ties share the mean rank).
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import math
@@ -1017,43 +1016,11 @@ def _git(*args: str) -> str | None:
     return res.stdout.strip() if res.returncode == 0 else None
 
 
-def _source_files(root: Path) -> list[Path]:
-    return [
-        p
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo")
-    ]
-
-
-def _code_only(source: bytes) -> bytes:
-    """A Python file's syntax tree without docstrings: comments, docstrings and formatting do not
-    change what runs, so editing them does not make a measured result stale."""
-    tree = ast.parse(source)
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if (
-            isinstance(body, list)
-            and body
-            and isinstance(body[0], ast.Expr)
-            and isinstance(body[0].value, ast.Constant)
-            and isinstance(body[0].value.value, str)
-        ):
-            node.body = body[1:] or [ast.Pass()]
-    return ast.dump(tree, include_attributes=False).encode()
-
-
 def src_hash(root: Path | None = None) -> str:
-    """sha256 of the code under src/semiparam: each file's path and, for Python files, its syntax
-    tree without docstrings (other files: their bytes); caches left out."""
-    root = root or REPO / "src" / "semiparam"
-    h = hashlib.sha256()
-    for path in _source_files(root):
-        data = path.read_bytes()
-        h.update(path.relative_to(root).as_posix().encode())
-        h.update(b"\0")
-        h.update(_code_only(data) if path.suffix == ".py" else data)
-        h.update(b"\0")
-    return h.hexdigest()[:16]
+    """The docstring-blind hash of the code under src/semiparam (``semiparam.bench.measure.code_hash``)."""
+    from semiparam.bench.measure import code_hash
+
+    return code_hash(root or REPO / "src" / "semiparam")
 
 
 def src_bytes_hash(root: Path | None = None) -> str:
@@ -1061,7 +1028,9 @@ def src_bytes_hash(root: Path | None = None) -> str:
     version 1 records (see ``tabular_defaults.py --rekey``)."""
     root = root or REPO / "src" / "semiparam"
     h = hashlib.sha256()
-    for path in _source_files(root):
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        if path.suffix in (".pyc", ".pyo"):
+            continue
         h.update(path.relative_to(root).as_posix().encode())
         h.update(b"\0")
         h.update(path.read_bytes())

@@ -1,10 +1,11 @@
 #!/usr/bin/env python
-"""The papers' UCI comparison (issue 4): NPT (and SPIN when installed) against Random Forest,
-Gradient Boosting, XGBoost, CatBoost, LightGBM, an MLP and k-NN on the ten tabular datasets, with
-the papers' splits and metrics scaled to two shared CPU cores (~45 min).
+"""The papers' small UCI tables (Yacht, Boston, Concrete, Breast Cancer) with their cross-validation
+protocol: NPT and SPIN at their defaults against HistGradientBoosting, Random Forest, Gradient
+Boosting, XGBoost, CatBoost, LightGBM, an MLP and k-NN (tuned on the folds' validation rows), the
+first 3 of the 10 folds, on two CPU cores. Run it alone on the machine: the report gives fit times.
 
-    nice -n 10 .venv/bin/python benchmarks/uci_suite.py                    # everything
-    nice -n 10 .venv/bin/python benchmarks/uci_suite.py --models npt       # one model at a time
+    .venv/bin/python benchmarks/uci_suite.py                    # everything
+    .venv/bin/python benchmarks/uci_suite.py --models npt       # one model at a time
     .venv/bin/python benchmarks/uci_suite.py --report-only                 # rebuild the report
 
 Same as ``semiparam bench uci``. Needs the ``baselines`` extra for XGBoost, LightGBM and CatBoost

@@ -271,7 +271,7 @@ def test_run_suite_can_compute_one_model_at_a_time(tiny_plan: SuitePlan, tmp_pat
 def test_bench_command_lists_plans(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "--list"]) == 0
     out = capsys.readouterr().out
-    assert "npt_small" in out and "uci" in out and "boston" in out
+    assert "smoke" in out and "uci" in out and "boston" in out
     assert main(["bench", "no_such_plan"]) == 2
     assert "unknown benchmark plan" in capsys.readouterr().err
 

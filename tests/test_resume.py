@@ -67,8 +67,12 @@ def test_an_interrupted_fit_resumes_to_the_uninterrupted_result(
 ) -> None:
     X, y = regression_table()
     kwargs = dict(
-        max_steps=60, model_options=MODEL, train_options=TRAIN, n_estimators=n_estimators,
-        random_state=3, verbose=False,
+        max_steps=60,
+        model_options=MODEL,
+        train_options=TRAIN,
+        n_estimators=n_estimators,
+        random_state=3,
+        verbose=False,
     )
     whole = NPTRegressor(**kwargs).fit(X, y)
     with monkeypatch.context() as m:
@@ -182,8 +186,11 @@ def test_resume_without_a_checkpoint_starts_afresh(tmp_path: Path) -> None:
 def test_spin_resumes_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     X, y = regression_table()
     kwargs = dict(
-        max_steps=30, model_options={"d_embedding": 8, "n_heads": 2}, train_options=TRAIN,
-        random_state=4, verbose=False,
+        max_steps=30,
+        model_options={"d_embedding": 8, "n_heads": 2},
+        train_options=TRAIN,
+        random_state=4,
+        verbose=False,
     )
     whole = SPINRegressor(**kwargs).fit(X, y)
     with monkeypatch.context() as m:

@@ -32,6 +32,7 @@ from sklearn.compose import ColumnTransformer
 from sklearn.impute import SimpleImputer
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import OneHotEncoder, OrdinalEncoder, StandardScaler
+from threadpoolctl import threadpool_limits
 
 from .protocol import HIGHER_IS_BETTER, PRIMARY_METRIC, score_predictions
 
@@ -160,21 +161,21 @@ def _knn_space(rng: np.random.Generator, task: str, small: bool, max_estimators:
 # -- estimator factories ---------------------------------------------------------------------------
 
 
-def _sk_forest(task: str, params: dict[str, Any], seed: int) -> Any:
+def _sk_forest(task: str, params: dict[str, Any], seed: int, threads: int = 1) -> Any:
     from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
 
     cls = RandomForestRegressor if task == "regression" else RandomForestClassifier
-    return cls(**params, n_jobs=1, random_state=seed)
+    return cls(**params, n_jobs=threads, random_state=seed)
 
 
-def _sk_gb(task: str, params: dict[str, Any], seed: int) -> Any:
+def _sk_gb(task: str, params: dict[str, Any], seed: int, threads: int = 1) -> Any:
     from sklearn.ensemble import GradientBoostingClassifier, GradientBoostingRegressor
 
     cls = GradientBoostingRegressor if task == "regression" else GradientBoostingClassifier
     return cls(**params, random_state=seed)
 
 
-def _sk_hgb(task: str, params: dict[str, Any], seed: int) -> Any:
+def _sk_hgb(task: str, params: dict[str, Any], seed: int, threads: int = 1) -> Any:
     from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
 
     cls = HistGradientBoostingRegressor if task == "regression" else HistGradientBoostingClassifier
@@ -183,42 +184,42 @@ def _sk_hgb(task: str, params: dict[str, Any], seed: int) -> Any:
     return cls(**p, early_stopping=False, random_state=seed)
 
 
-def _xgb(task: str, params: dict[str, Any], seed: int) -> Any:
+def _xgb(task: str, params: dict[str, Any], seed: int, threads: int = 1) -> Any:
     import xgboost
 
     cls = xgboost.XGBRegressor if task == "regression" else xgboost.XGBClassifier
-    return cls(**params, n_jobs=1, random_state=seed, tree_method="hist", verbosity=0)
+    return cls(**params, n_jobs=threads, random_state=seed, tree_method="hist", verbosity=0)
 
 
-def _lgbm(task: str, params: dict[str, Any], seed: int) -> Any:
+def _lgbm(task: str, params: dict[str, Any], seed: int, threads: int = 1) -> Any:
     import lightgbm
 
     cls = lightgbm.LGBMRegressor if task == "regression" else lightgbm.LGBMClassifier
-    return cls(**params, n_jobs=1, random_state=seed, verbose=-1)
+    return cls(**params, n_jobs=threads, random_state=seed, verbose=-1)
 
 
-def _catboost(task: str, params: dict[str, Any], seed: int) -> Any:
+def _catboost(task: str, params: dict[str, Any], seed: int, threads: int = 1) -> Any:
     import catboost
 
     cls = catboost.CatBoostRegressor if task == "regression" else catboost.CatBoostClassifier
     p = dict(params)
     p["depth"] = p.pop("max_depth")
     p["iterations"] = p.pop("n_estimators")
-    return cls(**p, thread_count=1, random_seed=seed, verbose=False, allow_writing_files=False)
+    return cls(**p, thread_count=threads, random_seed=seed, verbose=False, allow_writing_files=False)
 
 
-def _mlp(task: str, params: dict[str, Any], seed: int) -> Any:
+def _mlp(task: str, params: dict[str, Any], seed: int, threads: int = 1) -> Any:
     from sklearn.neural_network import MLPClassifier, MLPRegressor
 
     cls = MLPRegressor if task == "regression" else MLPClassifier
     return cls(**params, max_iter=100, early_stopping=True, random_state=seed)
 
 
-def _knn(task: str, params: dict[str, Any], seed: int) -> Any:
+def _knn(task: str, params: dict[str, Any], seed: int, threads: int = 1) -> Any:
     from sklearn.neighbors import KNeighborsClassifier, KNeighborsRegressor
 
     cls = KNeighborsRegressor if task == "regression" else KNeighborsClassifier
-    return cls(**params, n_jobs=1)
+    return cls(**params, n_jobs=threads)
 
 
 @dataclass(frozen=True)
@@ -229,7 +230,7 @@ class Baseline:
     title: str
     paper_name: str | None  # row name in the paper's tables
     space: Callable[[np.random.Generator, str, bool, int], dict[str, Any]]
-    factory: Callable[[str, dict[str, Any], int], Any]
+    factory: Callable[..., Any]  # (task, params, seed, threads) -> unfitted estimator
     encoding: str  # "tree" or "dense"
     requires: str | None = None  # optional package
 
@@ -239,9 +240,17 @@ class Baseline:
         return None
 
     def run(
-        self, data: FoldData, *, n_configs: int, max_estimators: int, small: bool, seed: int
+        self,
+        data: FoldData,
+        *,
+        n_configs: int,
+        max_estimators: int,
+        small: bool,
+        seed: int,
+        threads: int = 1,
     ) -> ModelOutput:
-        """Random search on the validation rows; test predictions of the best setting."""
+        """Random search on the validation rows; test predictions of the best setting. ``threads``:
+        the estimator's own thread count, and a cap on the BLAS/OpenMP pools (threadpoolctl)."""
         reason = self.unavailable_reason()
         if reason:
             raise ImportError(f"baseline {self.key!r} unavailable: {reason}")
@@ -266,8 +275,8 @@ class Baseline:
             params = self.space(rng, data.task, small, max_estimators)
             if "n_neighbors" in params:
                 params["n_neighbors"] = int(min(params["n_neighbors"], len(X_train) - 1))
-            model = self.factory(data.task, params, seed)
-            with warnings.catch_warnings():
+            model = self.factory(data.task, params, seed, threads)
+            with warnings.catch_warnings(), threadpool_limits(threads):
                 warnings.simplefilter("ignore")  # convergence chatter of the MLP, feature-name notes
                 model.fit(X_train, y_fit)
                 val_pred = self._predict(model, X_val, data.task, classes)
@@ -277,7 +286,7 @@ class Baseline:
                 best = (val_score, params, model)
         if best is None:
             raise RuntimeError(f"{self.key}: every setting gave a NaN validation {metric}")
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), threadpool_limits(threads):
             warnings.simplefilter("ignore")
             prediction = self._predict(best[2], X_test, data.task, classes)
         return ModelOutput(

@@ -1,7 +1,6 @@
 """``semiparam bench``: run a named benchmark plan and write JSON, a markdown report and plots.
 
-    semiparam bench npt_small                     # NPT vs HistGradientBoosting, Boston + Breast Cancer
-    semiparam bench uci                           # the papers' UCI suite (about 45 min on 2 cores)
+    semiparam bench uci                           # the papers' small UCI tables, 3 CV folds, all models
     semiparam bench uci --models npt,xgboost      # compute only these; the report covers all done
     semiparam bench uci --report-only             # rebuild the report from results already computed
     semiparam bench --list                        # plans, datasets and models
@@ -23,7 +22,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
     """Register ``bench`` on the ``semiparam`` command's sub-parsers."""
     p = sub.add_parser(
         "bench",
-        help="run a benchmark plan (npt_small, uci, smoke); writes JSON, markdown and plots",
+        help="run a benchmark plan (uci, smoke); writes JSON, markdown and plots",
         description=__doc__.split("\n")[0],
         epilog=USAGE_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -1,4 +1,5 @@
-"""Wall time and peak resident memory of a block of code, and a description of the machine.
+"""Wall time and peak resident memory of a block of code, a description of the machine, and the
+version of the code that ran (:func:`code_hash`).
 
 Peak memory is the process's resident set size high-water mark (``VmHWM``) while the block runs.
 On Linux the mark is reset before the block (``/proc/self/clear_refs``), so the number belongs to
@@ -8,6 +9,8 @@ absolute peak and as the peak above the resident size when the block started.
 
 from __future__ import annotations
 
+import ast
+import hashlib
 import os
 import platform
 import re
@@ -16,6 +19,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -144,3 +148,59 @@ def machine_info() -> dict[str, Any]:
     except ImportError:
         pass
     return info
+
+
+def _source_files(root: Path) -> list[Path]:
+    return [
+        p
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo")
+    ]
+
+
+def _code_only(source: bytes) -> bytes:
+    """A Python file's syntax tree without docstrings: comments, docstrings and formatting do not
+    change what runs, so editing them does not make a measured result stale."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (
+            isinstance(body, list)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree, include_attributes=False).encode()
+
+
+def code_hash(root: Path | None = None) -> str:
+    """sha256 (16 hex digits) of the semiparam package's code (default: the imported package):
+    each file's path and, for Python files, its syntax tree without docstrings (other files: their
+    bytes); caches left out. Benchmark results keyed on it go stale when the code changes."""
+    if root is None:
+        return _package_code_hash()
+    h = hashlib.sha256()
+    for path in _source_files(root):
+        data = path.read_bytes()
+        h.update(path.relative_to(root).as_posix().encode())
+        h.update(b"\0")
+        h.update(_code_only(data) if path.suffix == ".py" else data)
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+@lru_cache(maxsize=1)
+def _package_code_hash() -> str:
+    import semiparam
+
+    return code_hash(Path(semiparam.__file__).resolve().parent)
+
+
+def library_version(module: str) -> str | None:
+    """``module.__version__``, or None when it cannot be imported."""
+    try:
+        return str(__import__(module).__version__)
+    except Exception:  # noqa: BLE001 - an optional package may be absent or broken
+        return None

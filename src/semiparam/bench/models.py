@@ -115,8 +115,14 @@ def run_table_model(name: str, spec: TableModelSpec, data: FoldData, *, seed: in
         "best_step": history.best_step,
         "best_val_loss": history.best_val_loss,
         "stopped_early": history.stopped_early,
+        "stop_reason": history.stop_reason,
         "rows_in_training": len(X_fit) + (len(data.X_test) if spec.transductive else 0),
         "validation_fraction": val_fraction,
+        # every setting the fit ran with, whatever the preset said
+        "resolved": {
+            "model_config": estimator.learner_.model_config.to_dict(),
+            "train_config": estimator.learner_.train_config.to_dict(),
+        },
     }
     return ModelOutput(prediction, classes, details)
 

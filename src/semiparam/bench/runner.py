@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from .baselines import BASELINES, FoldData
-from .measure import machine_info, measure
+from .measure import code_hash, library_version, machine_info, measure
 from .models import TableModelSpec, model_title, model_unavailable_reason, run_table_model
 from .protocol import Fold, mean_se, paper_folds, reduce_fold, score_predictions
 
@@ -100,14 +100,20 @@ def _jsonable(value: Any) -> Any:
 
 
 def _record_fingerprint(plan: SuitePlan, dplan: DatasetPlan, model: str) -> str:
-    """What a (dataset, model) result depends on: its dataset plan, the model's settings and the
-    seed. Results whose fingerprint matches are reused, so models can be run in separate calls."""
+    """What a (dataset, model) result depends on: its dataset plan, the model's settings, the seed
+    and the version of the code that fits it: for a library model the hash of semiparam's code
+    (which holds its presets, so preset name + code hash fix every resolved setting), for a
+    baseline its library's version. Results whose fingerprint matches are reused, so models can be
+    run in separate calls; any change to the code makes the library models' results stale."""
     dataset = dataclasses.asdict(dplan)
     dataset.pop("folds")  # how many folds run does not change any one fold's result
     setting: dict[str, Any] = {"dataset": dataset, "model": model, "seed": plan.seed}
     if model not in BASELINES:
         setting["table"] = dataclasses.asdict(_table_spec(plan, dplan, model))
         setting["dataset"].pop("table")
+        setting["code"] = code_hash()
+    else:
+        setting["library_version"] = library_version(BASELINES[model].requires or "sklearn")
     text = json.dumps(setting, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
@@ -240,6 +246,7 @@ def run_suite(
                                 max_estimators=dplan.max_estimators,
                                 small=protocol == "cv",
                                 seed=plan.seed + fold.index,
+                                threads=plan.threads,
                             )
                         else:
                             output = run_table_model(

@@ -26,10 +26,10 @@ import numpy as np
 import pandas as pd
 import torch
 
+from .._io import atomic_directory
 from ..data.table import EncodedTable, TableEncoder, TableSchema
 from ..training.config import TrainConfig
 from ..training.trainer import TrainHistory
-from .._io import atomic_directory
 from ._engine import FORMAT_VERSION, TableLearner, _json_default, read_model_meta
 
 ENSEMBLE_FORMAT = "ensemble-1"

@@ -86,7 +86,9 @@ class TrainConfig(FrozenConfig):
         if self.tradeoff_steps is not None and self.tradeoff_steps < 1:
             raise ConfigError(f"tradeoff_steps must be >= 1 or None, got {self.tradeoff_steps}")
         if self.checkpoint_every_steps is not None and self.checkpoint_every_steps < 1:
-            raise ConfigError(f"checkpoint_every_steps must be >= 1 or None, got {self.checkpoint_every_steps}")
+            raise ConfigError(
+                f"checkpoint_every_steps must be >= 1 or None, got {self.checkpoint_every_steps}"
+            )
         if self.checkpoint_every_seconds is not None and not self.checkpoint_every_seconds > 0:
             raise ConfigError(
                 f"checkpoint_every_seconds must be > 0 or None, got {self.checkpoint_every_seconds}"
