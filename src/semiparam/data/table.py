@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..nn.columns import CATEGORICAL, CONTINUOUS, ColumnLayout
+from .columns import CATEGORICAL, CONTINUOUS, ColumnLayout
 
 
 class DataValidationError(ValueError):

@@ -11,8 +11,8 @@ import pandas as pd
 from sklearn.base import TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
+from ..data.columns import CATEGORICAL
 from ..data.table import infer_schema
-from ..nn.columns import CATEGORICAL
 from .base import TableEstimatorMixin
 
 

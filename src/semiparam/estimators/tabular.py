@@ -12,8 +12,8 @@ from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
+from ..data.columns import CATEGORICAL, CONTINUOUS
 from ..data.table import ColumnSpec, DataValidationError, TableSchema, infer_schema
-from ..nn.columns import CATEGORICAL, CONTINUOUS
 from .base import TableEstimatorMixin
 
 TARGET = "__target__"
