@@ -45,9 +45,15 @@ from typing import Any
 
 import numpy as np
 
-from semiparam.data.datasets import data_dir
-from semiparam.data.vcf import read_positions, read_reference_panel, read_vcf, write_genotypes_vcf
-from semiparam.genomics import evaluate_imputation, minor_allele_frequency
+from semiparam.datasets import data_dir
+from semiparam.genomics import (
+    evaluate_imputation,
+    minor_allele_frequency,
+    read_positions,
+    read_reference_panel,
+    read_vcf,
+    write_genotypes_vcf,
+)
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results"

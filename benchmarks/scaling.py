@@ -95,10 +95,8 @@ def worker(model_name: str, n: int, steps: int, seed: int) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(1)
-    from semiparam.models.registry import get_model
-    from semiparam.training.config import TrainConfig
-    from semiparam.training.masking import mask_for_inference
-    from semiparam.training.trainer import Batch, Trainer
+    from semiparam import TrainConfig
+    from semiparam.bench import Batch, Trainer, get_model, mask_for_inference
 
     (values_np, missing_np, schema), n_synthetic = _table(n, seed)
     result: dict[str, Any] = {"model": model_name, "n": n, "n_synthetic": n_synthetic}

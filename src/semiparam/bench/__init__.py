@@ -28,6 +28,12 @@ _EXPORTS = {
     "write_report": "report",
     "BASELINES": "baselines",
     "TableModelSpec": "models",
+    # The training pieces a step-level benchmark (benchmarks/scaling.py) drives directly, so that
+    # scripts outside the package need not import semiparam's internal modules.
+    "get_model": "semiparam.models.registry",
+    "Batch": "semiparam.training.trainer",
+    "Trainer": "semiparam.training.trainer",
+    "mask_for_inference": "semiparam.training.masking",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -36,4 +42,6 @@ __all__ = sorted(_EXPORTS)
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'semiparam.bench' has no attribute {name!r}")
-    return getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
+    module = _EXPORTS[name]
+    relative = not module.startswith("semiparam.")
+    return getattr(import_module(f".{module}" if relative else module, __name__), name)

@@ -6,6 +6,7 @@
 VCF input/output needs the ``genomics`` extra (``pip install 'semiparam[genomics]'``, cyvcf2).
 """
 
+from ..data.vcf import read_positions, read_reference_panel, read_vcf, write_genotypes_vcf
 from .imputer import PRESETS, GenotypeImputer, genomics_configs, phase_window
 from .metrics import (
     dosage_r2_estimate,
@@ -38,9 +39,13 @@ __all__ = [
     "plan_windows",
     "pooled_r2",
     "r2_by_maf",
+    "read_positions",
+    "read_reference_panel",
+    "read_vcf",
     "simulate_haplotypes",
     "simulate_panel",
     "split_samples",
     "token_bit_probabilities",
     "tokenize",
+    "write_genotypes_vcf",
 ]
