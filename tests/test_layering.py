@@ -1,0 +1,200 @@
+"""Layers import one way: no module of semiparam imports a higher layer, and benchmark scripts use
+the public API only.
+
+Layers, lowest first: ``_config``/``_io`` -> ``data`` -> ``nn`` -> ``models`` -> ``training`` ->
+``estimators``/``np``/``genomics`` -> ``bench``/``cli``. Every import counts: module level, inside a
+function (lazy), under ``if TYPE_CHECKING``; relative imports are resolved to absolute names. The
+checks parse the source with ``ast``; nothing is imported.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "src"
+PACKAGE = SRC / "semiparam"
+BENCHMARKS = REPO / "benchmarks"
+
+# Rank of each part of the package; a module may import only parts of its own rank or lower.
+LAYERS: dict[str, int] = {
+    "semiparam._config": 0,
+    "semiparam._io": 0,
+    "semiparam.data": 1,
+    "semiparam.datasets": 1,  # the public face of semiparam.data.datasets
+    "semiparam.nn": 2,
+    "semiparam.models": 3,
+    "semiparam.training": 4,
+    "semiparam.estimators": 5,
+    "semiparam.np": 5,
+    "semiparam.genomics": 5,
+    "semiparam": 5,  # the package's __init__: the public estimators, models and configs
+    "semiparam.bench": 6,
+    "semiparam.cli": 6,
+}
+
+# What scripts outside the package may import (and public submodules of semiparam.bench).
+BENCHMARK_API = {
+    "semiparam",
+    "semiparam.datasets",
+    "semiparam.bench",
+    "semiparam.genomics",
+    "semiparam.np",
+    "semiparam.cli.main",
+}
+
+
+def _module_name(path: Path) -> tuple[str, bool]:
+    """``(dotted name, is_package)`` of a source file under src/."""
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    is_package = parts[-1] == "__init__"
+    if is_package:
+        parts = parts[:-1]
+    return ".".join(parts), is_package
+
+
+def _package_modules() -> dict[str, tuple[Path, bool]]:
+    return {_module_name(p)[0]: (p, _module_name(p)[1]) for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+MODULES = _package_modules()
+
+
+def imports(source: str, module: str = "", is_package: bool = False) -> list[tuple[int, str]]:
+    """``(line, absolute module name)`` of every import in ``source``, at any depth.
+
+    ``from X import a`` names ``X.a`` when that is a module of the package, else ``X``.
+    """
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".") if is_package else module.split(".")[:-1]
+                if node.level - 1 > len(base) - 1:
+                    raise AssertionError(f"{module}:{node.lineno}: relative import beyond the package")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                found.append((node.lineno, sub if sub in MODULES else target))
+    return sorted(set(found))
+
+
+def layer_of(name: str) -> str | None:
+    """The part of the package (a key of LAYERS) that module ``name`` belongs to."""
+    parts = name.split(".")
+    if parts[0] != "semiparam":
+        return None
+    key = ".".join(parts[:2])
+    return key if key in LAYERS else "semiparam"
+
+
+def layering_violations(module: str, is_package: bool, source: str, where: str) -> list[str]:
+    """One line per import of ``module`` that reaches a higher layer."""
+    own = layer_of(module)
+    assert own is not None
+    out = []
+    for line, name in imports(source, module, is_package):
+        other = layer_of(name)
+        if other is not None and LAYERS[other] > LAYERS[own]:
+            out.append(
+                f"{module} ({where}:{line}) imports {name}: layer {own} (rank {LAYERS[own]}) may not "
+                f"import layer {other} (rank {LAYERS[other]})"
+            )
+    return out
+
+
+def benchmark_violations(source: str, where: str) -> list[str]:
+    """One line per import of a benchmark script that is not the public API."""
+    out = []
+    for line, name in imports(source):
+        if not name.startswith("semiparam"):
+            continue
+        parts = name.split(".")
+        bench_module = parts[:2] == ["semiparam", "bench"] and not any(p.startswith("_") for p in parts)
+        if name not in BENCHMARK_API and not bench_module:
+            out.append(f"{where}:{line} imports {name}, which is not the public API {sorted(BENCHMARK_API)}")
+    return out
+
+
+def test_every_module_has_a_layer() -> None:
+    unknown = [m for m in MODULES if m != "semiparam" and ".".join(m.split(".")[:2]) not in LAYERS]
+    assert not unknown, f"modules outside every layer (add their package to LAYERS): {unknown}"
+
+
+def test_no_module_imports_a_higher_layer() -> None:
+    problems = []
+    for module, (path, is_package) in MODULES.items():
+        where = str(path.relative_to(REPO))
+        problems += layering_violations(module, is_package, path.read_text(), where)
+    assert not problems, "upward imports:\n" + "\n".join(problems)
+
+
+def test_package_imports_have_no_cycle() -> None:
+    """Parts of the same rank may import each other, but only one way."""
+    edges: dict[str, set[str]] = {key: set() for key in LAYERS}
+    for module, (path, is_package) in MODULES.items():
+        own = layer_of(module)
+        for _, name in imports(path.read_text(), module, is_package):
+            other = layer_of(name)
+            if other is not None and other != own:
+                edges[own].add(other)
+    cycles = []
+    for start in edges:
+        stack, seen = [(start, [start])], set()
+        while stack:
+            node, trail = stack.pop()
+            for nxt in sorted(edges[node]):
+                if nxt == start:
+                    cycles.append(" -> ".join([*trail, nxt]))
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, [*trail, nxt]))
+    assert not cycles, "import cycles between packages:\n" + "\n".join(cycles)
+
+
+def test_benchmarks_import_the_public_api_only() -> None:
+    scripts = sorted(BENCHMARKS.glob("*.py"))
+    assert scripts
+    problems = []
+    for path in scripts:
+        problems += benchmark_violations(path.read_text(), str(path.relative_to(REPO)))
+    assert not problems, "benchmark imports of internal modules:\n" + "\n".join(problems)
+
+
+def test_the_checks_catch_violations() -> None:
+    """The checker itself: lazy, relative and absolute upward imports are all reported."""
+    source = (
+        "from ..nn.columns import ColumnEmbedding\n"
+        "def f():\n"
+        "    from semiparam.training import trainer\n"
+        "    import semiparam.bench.runner\n"
+        "from .columns import ColumnLayout\n"
+        "from .. import _config\n"
+    )
+    found = layering_violations("semiparam.data.table", False, source, "x.py")
+    assert [v.split(" imports ")[1].split(":")[0] for v in found] == [
+        "semiparam.nn.columns",
+        "semiparam.training.trainer",
+        "semiparam.bench.runner",
+    ], found
+    assert "semiparam.data.table (x.py:1) imports semiparam.nn.columns" in found[0]
+    script = (
+        "from semiparam import NPTClassifier\n"
+        "from semiparam.bench.measure import measure\n"
+        "def g():\n"
+        "    from semiparam.data.vcf import read_vcf\n"
+        "    from semiparam.estimators._engine import TableLearner\n"
+        "    from semiparam import nn\n"
+    )
+    found = benchmark_violations(script, "b.py")
+    assert [v.split(" imports ")[1].split(",")[0] for v in found] == [
+        "semiparam.data.vcf",
+        "semiparam.estimators._engine",
+        "semiparam.nn",
+    ], found
