@@ -235,7 +235,11 @@ def test_run_suite_writes_resumes_and_reports(tiny_plan: SuitePlan, tmp_path: Pa
     assert len(ok) == 4, [r.get("error") for r in results["records"]]
     npt = results["summary"]["tiny_bench"]["npt"]
     assert npt["folds"] == 2 and npt["steps"] == 4 and npt["seconds_per_step"] > 0
-    assert 0.0 <= npt["auroc"]["mean"] <= 1.0 and npt["auroc"]["se"] is not None
+    # the summary is the mean and standard error of the per-fold scores
+    fold_auroc = [r["metrics"]["auroc"] for r in ok if r["model"] == "npt"]
+    assert len(fold_auroc) == 2
+    assert npt["auroc"]["mean"] == pytest.approx(np.mean(fold_auroc))
+    assert npt["auroc"]["se"] == pytest.approx(np.std(fold_auroc, ddof=1) / np.sqrt(2))
     assert results["summary"]["tiny_bench"]["knn"]["peak_rss_mb"] > 0
     assert results["datasets"]["tiny_bench"]["sizes"] == {"train": 112, "val": 32, "test": 16}
 

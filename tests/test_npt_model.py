@@ -104,12 +104,22 @@ def test_hidden_value_is_ignored():
     torch.testing.assert_close(model(values, hidden).continuous, model(changed, hidden).continuous)
 
 
-def test_attention_dropout_only_in_training():
-    model = _model(attention_dropout=0.5)
+@pytest.mark.parametrize("kind", ["attention_dropout", "dropout"])
+def test_dropout_acts_in_training_only(kind: str) -> None:
+    """Dropout (on attention weights, or on activations) makes two training-mode passes differ and
+    leaves evaluation deterministic; with the rate at 0 training-mode passes agree too, so the
+    difference comes from that dropout and nothing else."""
     values, hidden = _table(10)
-    a = model(values, hidden).continuous
-    b = model(values, hidden).continuous
-    torch.testing.assert_close(a, b)  # eval mode: deterministic
+    off = {"attention_dropout": 0.0, "dropout": 0.0}
+    model = _model(**{**off, kind: 0.5})
+    torch.testing.assert_close(model(values, hidden).continuous, model(values, hidden).continuous)
+    model.train()
+    a, b = model(values, hidden).continuous, model(values, hidden).continuous
+    assert not torch.allclose(a, b)
+    model.eval()
+    torch.testing.assert_close(model(values, hidden).continuous, model(values, hidden).continuous)
+    plain = _model(**off).train()
+    torch.testing.assert_close(plain(values, hidden).continuous, plain(values, hidden).continuous)
 
 
 @pytest.mark.parametrize(
