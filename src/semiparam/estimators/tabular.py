@@ -39,6 +39,10 @@ class _SupervisedTableEstimator(TableEstimatorMixin):
         checkpoint_dir: str | Path | None = None,
         resume: bool = False,
     ) -> None:
+        # NOTE[DIFF]: the papers train transductively (the test rows' features are in the input
+        # during training); an estimator is inductive unless X_unlabeled is given, so a fitted
+        # model predicts rows it has never seen without retraining (the papers' "no
+        # semi-supervision" ablation, spec-npt 2.5).
         frame = self._as_frame(X, reset=True)
         if len(targets) != len(frame):
             raise DataValidationError(f"X has {len(frame)} rows but y has {len(targets)}")

@@ -190,7 +190,7 @@ class SPIN(nn.Module):
         self.config = config
         self.layout = layout
         d, e = layout.n_columns, config.d_embedding
-        # NOTE[DIFF-free]: with f >= d the reference code skips the projection and starts from D.
+        # as the reference code: with f >= d it skips the projection and starts from D.
         self.n_latents = min(config.n_latent_attributes, d)
         self.embedding = ColumnEmbedding(
             layout,

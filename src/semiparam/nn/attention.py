@@ -30,7 +30,7 @@ AttentionScale = Literal["full", "per_head"]
 def attention_scale(width: int, n_heads: int, scale: AttentionScale) -> float:
     """Softmax temperature for a block of ``width`` channels split over ``n_heads`` heads.
 
-    NOTE[DIFF-free]: the NPT paper and its code divide by sqrt(full width), not the usual
+    As the paper: the NPT paper and its code divide by sqrt(full width), not the usual
     sqrt(width / n_heads); ``"full"`` reproduces the paper, ``"per_head"`` is the standard choice.
     """
     if scale == "full":
