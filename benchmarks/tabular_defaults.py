@@ -33,7 +33,9 @@ import json
 import math
 import os
 import shlex
+import subprocess
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -273,6 +275,51 @@ def rekey(jsonl: Path, keys: KeyMaker) -> tuple[int, int]:
     tmp = jsonl.with_suffix(".jsonl.tmp")
     tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in records))
     tmp.replace(jsonl)
+    return moved, len(records) - moved
+
+
+def rekey_from_commit(jsonl: Path, keys: KeyMaker, commit: str) -> tuple[int, int]:
+    """Move NPT/SPIN records made by the code of git ``commit`` (their src hash is that tree's hash
+    over every file) to the current key, provided the code that can change a number (everything
+    but the presentation-only modules and the hashing function itself) is identical now; else
+    refuse: such records must be rerun. For a change of what the hash covers; (rekeyed, left)."""
+    from semiparam.bench.measure import PRESENTATION_ONLY, code_hash
+
+    fixed = (*PRESENTATION_ONLY, "bench/measure.py")
+    commit = subprocess.run(
+        ["git", "rev-parse", "--verify", f"{commit}^{{commit}}"],
+        cwd=ds.REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(
+            ["git", "archive", commit, "src/semiparam"], cwd=ds.REPO, capture_output=True, check=True
+        )
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+        old_root = Path(tmp) / "src" / "semiparam"
+        old_full = code_hash(old_root, exclude=())
+        if code_hash(old_root, exclude=fixed) != code_hash(ds.REPO / "src" / "semiparam", exclude=fixed):
+            raise SystemExit(f"code that can change a result differs from {commit}: rerun, do not rekey")
+    records = read_records(jsonl)
+    moved = 0
+    for r in records:
+        code = r.get("code") or {}
+        if r.get("model", "").removesuffix("_tuned") not in ds.NEURAL_MODELS:
+            continue
+        if code.get("src_sha256") != old_full or r["table"] not in ds.TABLES:
+            continue
+        table, model, split = r["table"], r["model"], int(r["split"])
+        settings = keys.settings(
+            table, model, split, r.get("overrides") or {}, int(r.get("tuned_trials", 20))
+        )
+        r["code"] = {**code, "src_sha256": keys.code["src_sha256"], "rekeyed_from": [commit, old_full]}
+        r["key"] = keys.key(table, model, split, settings)
+        moved += 1
+    tmp_file = jsonl.with_suffix(".jsonl.tmp")
+    tmp_file.write_text("".join(json.dumps(r, default=str) + "\n" for r in records))
+    tmp_file.replace(jsonl)
     return moved, len(records) - moved
 
 
@@ -686,9 +733,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--rekey", action="store_true", help="move records made by this exact tree to the code hash"
     )
+    parser.add_argument(
+        "--rekey-from",
+        metavar="COMMIT",
+        help="move NPT/SPIN records made by COMMIT's code to the current key when only presentation "
+        "modules or the hash function changed since",
+    )
     args = parser.parse_args(argv)
     sets = parse_sets(args.set)
     jsonl = args.out / JSONL_NAME
+    if args.rekey_from:
+        moved, left = rekey_from_commit(jsonl, KeyMaker(include_git=args.key_git), args.rekey_from)
+        print(f"rekeyed {jsonl} from {args.rekey_from}: {moved} records, {left} left as they were")
+        return 0
     if args.rekey:
         moved, left = rekey(jsonl, KeyMaker(include_git=args.key_git)) if jsonl.exists() else (0, 0)
         print(f"rekeyed {jsonl}: {moved} records, {left} left as they were")

@@ -6,7 +6,7 @@ Each baseline draws ``n_configs`` settings at random (seeded) from the paper's s
 it; as in the reference code the final model is fitted on training rows only.
 
 NOTE[DIFF] against the paper: a random search of ``n_configs`` settings instead of a grid of
-24-11,340; ``n_estimators`` capped at ``max_estimators``; one thread per model; the MLP runs at
+24-11,340; ``n_estimators`` capped at ``max_estimators``; the plan's thread count per model; the MLP runs at
 most 100 epochs (scikit-learn default 200) and stops
 early on an internal 10% hold-out of the training rows (scikit-learn ``early_stopping``); the
 paper's ``max_features="auto"`` is scikit-learn's old default (sqrt for classification, all

@@ -175,16 +175,30 @@ def _code_only(source: bytes) -> bytes:
     return ast.dump(tree, include_attributes=False).encode()
 
 
-def code_hash(root: Path | None = None) -> str:
+# Modules that only present results (report text, the papers' reference numbers, command-line
+# front ends): editing them changes no measured number, so they are left out of ``code_hash``.
+PRESENTATION_ONLY = ("bench/report.py", "bench/paper.py", "bench/cli.py", "cli/")
+
+
+def code_hash(root: Path | None = None, *, exclude: tuple[str, ...] = PRESENTATION_ONLY) -> str:
     """sha256 (16 hex digits) of the semiparam package's code (default: the imported package):
     each file's path and, for Python files, its syntax tree without docstrings (other files: their
-    bytes); caches left out. Benchmark results keyed on it go stale when the code changes."""
-    if root is None:
+    bytes); caches and the files under ``exclude`` (paths relative to the package, a trailing "/"
+    for a folder; default: the presentation-only modules) left out. Benchmark results keyed on it
+    go stale when code that could change a number changes."""
+    if root is None and exclude == PRESENTATION_ONLY:
         return _package_code_hash()
+    if root is None:
+        import semiparam
+
+        root = Path(semiparam.__file__).resolve().parent
     h = hashlib.sha256()
     for path in _source_files(root):
+        rel = path.relative_to(root).as_posix()
+        if any(rel == e or (e.endswith("/") and rel.startswith(e)) for e in exclude):
+            continue
         data = path.read_bytes()
-        h.update(path.relative_to(root).as_posix().encode())
+        h.update(rel.encode())
         h.update(b"\0")
         h.update(_code_only(data) if path.suffix == ".py" else data)
         h.update(b"\0")

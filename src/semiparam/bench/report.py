@@ -144,7 +144,7 @@ def reductions_section(results: dict[str, Any]) -> list[str]:
             "instead of its grids; each setting is fitted on the training rows and the best by the "
             "validation metric (AUROC / accuracy / RMSE) predicts the test rows, without refitting, as "
             "in the reference code. Trees capped as in the table; the MLP (scikit-learn, Adam) runs at "
-            "most 100 epochs with early stopping on 10% of its training rows; one thread each. "
+            "most 100 epochs with early stopping on 10% of its training rows; threads as below. "
             "Library models select their checkpoint on their own stratified hold-out of the same size "
             "drawn from the train + validation rows (the estimators take no explicit validation set) "
             "and predict from all of those rows; transductive = the test rows' features (never their "
@@ -402,8 +402,9 @@ def machine_section(results: dict[str, Any], command: str | None) -> list[str]:
     lines += [
         f"- machine: {m.get('cpu')}, {m.get('cpu_count')} cores, {m.get('memory_gb')} GB RAM, "
         f"{m.get('platform')}",
-        "- shared with other users: timings are wall-clock on a busy machine, one thread per model "
-        f"(torch threads {results['plan'].get('threads')}), so compare them within this report only",
+        f"- threads: {results['plan'].get('threads')} per model (torch threads; the baselines' "
+        "n_jobs / thread_count, with the BLAS and OpenMP pools capped to match); timings are wall-clock, "
+        "so compare them within this report only (the load average during the run is under compute)",
         f"- versions: {versions}",
         f"- compute: {_compute_text(results)}; seed {results['plan']['seed']}",
         "- peak memory: resident-set high-water mark of the process during each (model, fold), reset "
