@@ -107,6 +107,13 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return records
 
 
+def rewrite_records(path: Path, records: Iterable[Mapping[str, Any]]) -> None:
+    """Replace the JSONL with ``records``: written beside it, then renamed over it."""
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in records))
+    tmp.replace(path)
+
+
 def append_record(path: Path, record: Mapping[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as fh:
@@ -237,9 +244,7 @@ def prune(jsonl: Path, keys: KeyMaker) -> tuple[int, int]:
     """Rewrite the JSONL keeping only the records that are current; (kept, dropped)."""
     records = read_records(jsonl)
     keep = [r for r in records if keys.record_is_current(r)]
-    tmp = jsonl.with_suffix(".jsonl.tmp")
-    tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in keep))
-    tmp.replace(jsonl)
+    rewrite_records(jsonl, keep)
     return len(keep), len(records) - len(keep)
 
 
@@ -272,9 +277,7 @@ def rekey(jsonl: Path, keys: KeyMaker) -> tuple[int, int]:
         r["code"] = {**code, "src_sha256": keys.code["src_sha256"], "src_bytes_sha256": legacy}
         r["key"] = keys.key(table, model, split, settings)
         moved += 1
-    tmp = jsonl.with_suffix(".jsonl.tmp")
-    tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in records))
-    tmp.replace(jsonl)
+    rewrite_records(jsonl, records)
     return moved, len(records) - moved
 
 
@@ -317,9 +320,7 @@ def rekey_from_commit(jsonl: Path, keys: KeyMaker, commit: str) -> tuple[int, in
         r["code"] = {**code, "src_sha256": keys.code["src_sha256"], "rekeyed_from": [commit, old_full]}
         r["key"] = keys.key(table, model, split, settings)
         moved += 1
-    tmp_file = jsonl.with_suffix(".jsonl.tmp")
-    tmp_file.write_text("".join(json.dumps(r, default=str) + "\n" for r in records))
-    tmp_file.replace(jsonl)
+    rewrite_records(jsonl, records)
     return moved, len(records) - moved
 
 
