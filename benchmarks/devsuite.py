@@ -955,6 +955,9 @@ def resolved_configs(model: Any) -> dict[str, Any]:
                 out[attr] = jsonable(cfg.to_dict())
             except Exception:  # noqa: BLE001
                 pass
+    members = getattr(learner, "members", None)
+    if members is not None:
+        out["n_members"] = len(members)
     return out
 
 

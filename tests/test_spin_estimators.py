@@ -16,8 +16,14 @@ from semiparam.estimators import SPINClassifier as SPINClassifierFromEstimators
 TINY_SPIN = {"d_embedding": 8, "n_heads": 2, "n_layers": 1, "dropout": 0.0}
 # lr 1e-2 and no feature loss so that 60 steps reach the checks' training-accuracy bar (0.83)
 TINY = dict(max_steps=60, learning_rate=1e-2, p_feature=0.0, model_options=TINY_SPIN, random_state=0)
+# one member: these tests look inside the fitted model (SPIN's cpu preset trains three)
 FAST = dict(
-    max_steps=30, learning_rate=1e-2, model_options=TINY_SPIN, random_state=0, validation_fraction=0.0
+    max_steps=30,
+    learning_rate=1e-2,
+    model_options=TINY_SPIN,
+    random_state=0,
+    validation_fraction=0.0,
+    n_estimators=1,
 )
 
 
@@ -245,6 +251,8 @@ def test_cli_fit_and_predict_with_spin(tmp_path, capsys):
             "--model",
             "spin",
             "--quiet",
+            "--n-estimators",
+            "1",
             "--out",
             str(run),
             "--set",
@@ -280,3 +288,19 @@ def test_cli_fit_and_predict_with_spin(tmp_path, capsys):
         == 2
     )
     assert "unknown SPIN preset" in capsys.readouterr().err
+
+
+def test_default_members_follow_the_preset():
+    """n_estimators=None takes the preset's count: three members for SPIN's cpu preset, one for its
+    paper presets and for NPT; an explicit count wins."""
+    from semiparam import NPTRegressor
+
+    X, y = _blobs(40)
+    target = X["a"].to_numpy()
+    quick = dict(max_steps=3, model_options=TINY_SPIN, random_state=0, verbose=False)
+    assert SPINRegressor().get_params()["n_estimators"] is None
+    assert len(SPINRegressor(**quick).fit(X, target).learner_.members) == 3
+    assert len(SPINRegressor(preset="small", **quick).fit(X, target).learner_.members) == 1
+    assert len(SPINRegressor(n_estimators=2, **quick).fit(X, target).learner_.members) == 2
+    npt = NPTRegressor(max_steps=3, model_options={"d_embedding": 8, "n_heads": 2}, random_state=0)
+    assert len(npt.fit(X, target).learner_.members) == 1

@@ -188,10 +188,7 @@ def code_hash(root: Path | None = None, *, exclude: tuple[str, ...] = PRESENTATI
     go stale when code that could change a number changes."""
     if root is None and exclude == PRESENTATION_ONLY:
         return _package_code_hash()
-    if root is None:
-        import semiparam
-
-        root = Path(semiparam.__file__).resolve().parent
+    root = root or _package_root()
     h = hashlib.sha256()
     for path in _source_files(root):
         rel = path.relative_to(root).as_posix()
@@ -205,11 +202,15 @@ def code_hash(root: Path | None = None, *, exclude: tuple[str, ...] = PRESENTATI
     return h.hexdigest()[:16]
 
 
-@lru_cache(maxsize=1)
-def _package_code_hash() -> str:
+def _package_root() -> Path:
     import semiparam
 
-    return code_hash(Path(semiparam.__file__).resolve().parent)
+    return Path(semiparam.__file__).resolve().parent
+
+
+@lru_cache(maxsize=1)
+def _package_code_hash() -> str:
+    return code_hash(_package_root())
 
 
 def library_version(module: str) -> str | None:

@@ -107,11 +107,22 @@ def run_table_model(name: str, spec: TableModelSpec, data: FoldData, *, seed: in
             prediction = np.asarray(estimator.predict_proba(data.X_test), dtype=np.float64)
             classes = list(estimator.classes_)
     history = estimator.history_
+    members = getattr(history, "members", None) or [history]  # an ensemble's, or the one model's
     n_steps = len(history.steps)
+    member_steps = sum(len(m.steps) for m in members)
     details = {
-        "steps": n_steps,
+        "steps": n_steps,  # member 0's, as best_step below
         "train_seconds": history.seconds,
-        "seconds_per_step": history.seconds / n_steps if n_steps else None,
+        "seconds_per_step": sum(m.seconds for m in members) / member_steps if member_steps else None,
+        "members": [
+            {
+                "steps": len(m.steps),
+                "best_step": m.best_step,
+                "stop_reason": m.stop_reason,
+                "seconds": m.seconds,
+            }
+            for m in members
+        ],
         "best_step": history.best_step,
         "best_val_loss": history.best_val_loss,
         "stopped_early": history.stopped_early,

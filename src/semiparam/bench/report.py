@@ -296,10 +296,11 @@ def findings_section(results: dict[str, Any]) -> list[str]:
             entry = paper.paper_value(metric, meta.get("paper_name") or "", paper_method(model) or "")
             if entry:
                 text += f"; paper {_fmt_paper(metric, meta.get('paper_name'), model)}"
-            fits = [
-                r["details"]
+            fits = [  # every trained network: each member of an ensemble counts as one
+                member
                 for r in results["records"]
                 if r.get("status") == "ok" and r["dataset"] == name and r["model"] == model
+                for member in r["details"].get("members", [r["details"]])
             ]
             late = sum(
                 1 for d in fits if d.get("best_step") is not None and d["best_step"] >= 0.9 * (d["steps"] - 1)

@@ -259,7 +259,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--resume", action="store_true", help="continue the killed fit whose run directory is --out"
     )
     p.add_argument("--time-budget", type=float, help="seconds of training (stops and anneals before)")
-    p.add_argument("--n-estimators", type=int, default=1, help="ensemble members (default 1)")
+    p.add_argument(
+        "--n-estimators",
+        type=int,
+        default=None,
+        help="ensemble members (default: the preset's, 3 for SPIN's cpu preset, else 1)",
+    )
     common(p)
     p.set_defaults(func=cmd_fit)
 

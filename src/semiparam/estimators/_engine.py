@@ -298,9 +298,7 @@ class TableLearner:
                 callbacks=callbacks,
                 generator=generator,
             )
-            self.history = trainer.fit(
-                sampler, evaluate, checkpoint=checkpoint, resume=state, sampler=sampler
-            )
+            self.history = trainer.fit(sampler, evaluate, checkpoint=checkpoint, resume=state)
         self._inference_copy = None
         self.temperatures = {}
         if cfg.calibrate and len(val_idx):
@@ -527,8 +525,7 @@ class TableLearner:
         meta_file = path / "semiparam.json"
         meta = read_model_meta(path)
         if meta.get("format_version") != FORMAT_VERSION:
-            version = meta.get("format_version") if isinstance(meta, dict) else None
-            raise ModelFileError(f"{meta_file}: unsupported model format {version!r}")
+            raise ModelFileError(f"{meta_file}: unsupported model format {meta.get('format_version')!r}")
         config_cls, _ = get_model(meta["model_name"])
         learner = cls(
             meta["model_name"],

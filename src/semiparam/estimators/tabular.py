@@ -109,9 +109,11 @@ _PARAMS_DOC = """
     time_budget : float, optional
         Seconds of training for the whole fit (all members together); the learning rate is
         annealed before the budget runs out.
-    n_estimators : int
+    n_estimators : int, optional
         Members of the ensemble: each trained with its own seed and validation split; their
-        predictions are averaged (probabilities, or a Gaussian mixture).
+        predictions are averaged (probabilities, or a Gaussian mixture). None (default): the
+        preset's own count, 3 for SPIN's ``cpu`` preset and 1 otherwise (see
+        ``semiparam.estimators.base.default_members``).
     categorical_features : list of column names or indices, optional
         Force these feature columns to be categorical (default: inferred from dtypes).
     model_options, train_options : dict, optional
@@ -139,7 +141,7 @@ class TableClassifier(ClassifierMixin, _SupervisedTableEstimator):
         validation_fraction: float | None = None,
         patience: int | None = None,
         time_budget: float | None = None,
-        n_estimators: int = 1,
+        n_estimators: int | None = None,
         categorical_features: Sequence[Any] | None = None,
         model_options: dict[str, Any] | None = None,
         train_options: dict[str, Any] | None = None,
@@ -231,7 +233,7 @@ class TableRegressor(RegressorMixin, _ContinuousLossMixin, _SupervisedTableEstim
         validation_fraction: float | None = None,
         patience: int | None = None,
         time_budget: float | None = None,
-        n_estimators: int = 1,
+        n_estimators: int | None = None,
         categorical_features: Sequence[Any] | None = None,
         model_options: dict[str, Any] | None = None,
         train_options: dict[str, Any] | None = None,
@@ -329,7 +331,7 @@ class TablePredictor(_ContinuousLossMixin, _SupervisedTableEstimator):
         validation_fraction: float | None = None,
         patience: int | None = None,
         time_budget: float | None = None,
-        n_estimators: int = 1,
+        n_estimators: int | None = None,
         categorical_features: Sequence[Any] | None = None,
         model_options: dict[str, Any] | None = None,
         train_options: dict[str, Any] | None = None,

@@ -67,7 +67,6 @@ class TrainingCheckpoint:
         self.every_steps = every_steps
         self.every_seconds = every_seconds
         self._last_write = time.monotonic()
-        self.writes = 0
 
     @property
     def path(self) -> Path:
@@ -86,7 +85,6 @@ class TrainingCheckpoint:
         torch.save({"format": FORMAT, "fingerprint": self.fingerprint, "state": state}, tmp)
         os.replace(tmp, self.path)
         self._last_write = time.monotonic()
-        self.writes += 1
 
     def read(self, *, map_location: str | torch.device = "cpu") -> dict[str, Any] | None:
         """The saved state, or None when there is no checkpoint. Raises
@@ -106,9 +104,6 @@ class TrainingCheckpoint:
                 "same inputs, or delete the checkpoint (or use another directory) to start afresh"
             )
         return blob["state"]
-
-    def clear(self) -> None:
-        self.path.unlink(missing_ok=True)
 
 
 def rng_state(generator: torch.Generator | None, device: torch.device) -> dict[str, Any]:

@@ -59,11 +59,12 @@ class TrainHistory:
         return dict(self.__dict__)
 
 
-class SamplerState(Protocol):
-    """The caller's batch drawing (its random generator, the rest of its epoch), for checkpoints."""
+class BatchSource(Protocol):
+    """``source(step) -> Batch``: the caller's batch drawing. A source with ``state_dict`` and
+    ``load_state_dict`` (its random generator, the rest of its epoch) is checkpointed with the
+    trainer, so a resumed fit draws the batches an uninterrupted one would."""
 
-    def state_dict(self) -> dict[str, Any]: ...
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+    def __call__(self, step: int) -> Batch: ...
 
 
 class Callback:
@@ -321,32 +322,32 @@ class Trainer:
 
     def fit(
         self,
-        next_batch: Callable[[int], Batch],
+        next_batch: BatchSource,
         evaluate: Callable[[], float] | None = None,
         *,
         checkpoint: TrainingCheckpoint | None = None,
         resume: dict[str, Any] | None = None,
-        sampler: SamplerState | None = None,
     ) -> TrainHistory:
-        """Train; ``checkpoint`` is written every so often (and once more at the end) with the
-        trainer's state and ``sampler``'s (the caller's batch drawing); ``resume`` is such a state
-        to continue from. A finished state returns its history at once."""
+        """Train on ``next_batch(step)``; ``checkpoint`` is written every so often (and once more
+        at the end) with the trainer's state and, when the batch source has one, the source's;
+        ``resume`` is such a state to continue from. A finished state returns its history at once."""
         c = self.config
+        stateful = hasattr(next_batch, "state_dict") and hasattr(next_batch, "load_state_dict")
         seconds_before = 0.0
         if resume is not None:
             self.load_state_dict(resume)
             if resume["finished"]:
                 return self.history
-            if sampler is not None:
-                sampler.load_state_dict(resume["sampler"])
+            if stateful:
+                next_batch.load_state_dict(resume["sampler"])  # type: ignore[attr-defined]
             seconds_before = float(resume["seconds"])
         start = time.perf_counter() - seconds_before
 
         def snapshot(step: int, finished: bool = False) -> None:
             assert checkpoint is not None
             state = self.state_dict(step, time.perf_counter() - start, finished=finished)
-            if not finished and sampler is not None:
-                state["sampler"] = sampler.state_dict()
+            if not finished and stateful:
+                state["sampler"] = next_batch.state_dict()  # type: ignore[attr-defined]
             checkpoint.write(state)
 
         # the adaptive schedule anneals before the ceiling: anneal = anneal_fraction x steps run
