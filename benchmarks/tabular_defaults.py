@@ -8,6 +8,9 @@ and SPIN beat gradient boosting on small and medium tables".
     .venv/bin/python benchmarks/tabular_defaults.py --models npt --set npt.max_steps=800 --tag steps800
     .venv/bin/python benchmarks/tabular_defaults.py --report-only            # rebuild the report
     .venv/bin/python benchmarks/tabular_defaults.py --report-only --prune    # drop stale lines too
+    .venv/bin/python benchmarks/tabular_defaults.py --rekey-verified COMMIT  # after a change that
+        # should move no number: rerun yacht, titanic and beps, and if every metric is equal move
+        # the NPT/SPIN records made by COMMIT's code to the current key
 
 Every model runs at its defaults with only ``random_state`` set (``--set MODEL.KEY=VALUE`` changes
 one setting; dotted keys reach into ``model_options``/``train_options``; values are JSON or text).
@@ -186,8 +189,6 @@ def run_grid(args: argparse.Namespace, sets: dict[str, dict[str, Any]], jsonl: P
     torch.set_num_threads(ds.N_THREADS)
     keys = KeyMaker(include_git=args.key_git)
     done = {r.get("key") for r in read_records(jsonl) if r.get("status") in OK_STATUSES}
-    command = " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])
-    machine = ds.machine()
     tables = split_list(args.tables, ds.TABLES, "tables")
     models = split_list(args.models, ds.ALL_MODELS, "models")
     n_new = 0
@@ -200,44 +201,63 @@ def run_grid(args: argparse.Namespace, sets: dict[str, dict[str, Any]], jsonl: P
                 if key in done:
                     log(f"[skip] {table} {model} split {split}: cached")
                     continue
-                record: dict[str, Any] = {
-                    "table": table,
-                    "model": model,
-                    "split": split,
-                    "tag": args.tag,
-                    "key": key,
-                    "overrides": overrides,
-                    "tuned_trials": args.tuned_trials,
-                    "settings": settings,
-                    "code": keys.code,
-                    "library_version": ds.library_version(model),
-                    "machine": {**machine, "torch_threads": torch.get_num_threads()},
-                    "command": command,
-                    "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                }
-                if "unavailable" in settings:
-                    record["status"] = "unavailable"
-                    record["error"] = settings["unavailable"]
-                    log(f"[n/a ] {table} {model}: {settings['unavailable']}")
-                else:
-                    log(f"[run ] {table} {model} split {split} ...")
-                    try:
-                        record.update(ds.run_cell(table, model, split, overrides, args.tuned_trials))
-                        record["status"] = "ok"
-                        log(
-                            f"       {record['primary']}={record['score']:.4f} "
-                            f"fit {record['fit_seconds']:.1f}s"
-                        )
-                    except Exception as exc:  # noqa: BLE001 - one failing cell must not stop the grid
-                        record["status"] = "error"
-                        record["error"] = ds.describe_error(exc)
-                        log(f"[fail] {table} {model}: {record['error'].splitlines()[-1]}")
-                record["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+                record = run_cell_record(
+                    keys, table, model, split, overrides, args.tuned_trials, args.tag, settings, log
+                )
                 append_record(jsonl, record)
                 if record["status"] in OK_STATUSES:
                     done.add(key)
                 n_new += 1
     return n_new
+
+
+def run_cell_record(
+    keys: KeyMaker,
+    table: str,
+    model: str,
+    split: int,
+    overrides: Mapping[str, Any],
+    tuned_trials: int,
+    tag: str,
+    settings: Mapping[str, Any] | None = None,
+    log=print,
+) -> dict[str, Any]:
+    """Run one cell now and return its JSONL record (status ok, unavailable or error)."""
+    import torch
+
+    if settings is None:
+        settings = keys.settings(table, model, split, overrides, tuned_trials)
+    record: dict[str, Any] = {
+        "table": table,
+        "model": model,
+        "split": split,
+        "tag": tag,
+        "key": keys.key(table, model, split, settings),
+        "overrides": dict(overrides),
+        "tuned_trials": tuned_trials,
+        "settings": settings,
+        "code": keys.code,
+        "library_version": ds.library_version(model),
+        "machine": {**ds.machine(), "torch_threads": torch.get_num_threads()},
+        "command": " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv]),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    if "unavailable" in settings:
+        record["status"] = "unavailable"
+        record["error"] = settings["unavailable"]
+        log(f"[n/a ] {table} {model}: {settings['unavailable']}")
+    else:
+        log(f"[run ] {table} {model} split {split} ...")
+        try:
+            record.update(ds.run_cell(table, model, split, overrides, tuned_trials))
+            record["status"] = "ok"
+            log(f"       {record['primary']}={record['score']:.4f} fit {record['fit_seconds']:.1f}s")
+        except Exception as exc:  # noqa: BLE001 - one failing cell must not stop the grid
+            record["status"] = "error"
+            record["error"] = ds.describe_error(exc)
+            log(f"[fail] {table} {model}: {record['error'].splitlines()[-1]}")
+    record["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    return record
 
 
 def prune(jsonl: Path, keys: KeyMaker) -> tuple[int, int]:
@@ -286,9 +306,25 @@ def rekey_from_commit(jsonl: Path, keys: KeyMaker, commit: str) -> tuple[int, in
     over every file) to the current key, provided the code that can change a number (everything
     but the presentation-only modules and the hashing function itself) is identical now; else
     refuse: such records must be rerun. For a change of what the hash covers; (rekeyed, left)."""
-    from semiparam.bench.measure import PRESENTATION_ONLY, code_hash
+    from semiparam.bench.measure import PRESENTATION_ONLY
 
     fixed = (*PRESENTATION_ONLY, "bench/measure.py")
+    commit, old_full, old_fixed = commit_code_hashes(commit, fixed)
+    from semiparam.bench.measure import code_hash
+
+    if old_fixed != code_hash(ds.REPO / "src" / "semiparam", exclude=fixed):
+        raise SystemExit(f"code that can change a result differs from {commit}: rerun, do not rekey")
+    records = read_records(jsonl)
+    moved = move_records(records, keys, old_full, {"rekeyed_from": [commit, old_full]})
+    rewrite_records(jsonl, records)
+    return moved, len(records) - moved
+
+
+def commit_code_hashes(commit: str, exclude: tuple[str, ...] = ()) -> tuple[str, str, str]:
+    """(full commit id, code hash of its src/semiparam over every file, the hash without
+    ``exclude``)."""
+    from semiparam.bench.measure import code_hash
+
     commit = subprocess.run(
         ["git", "rev-parse", "--verify", f"{commit}^{{commit}}"],
         cwd=ds.REPO,
@@ -302,25 +338,91 @@ def rekey_from_commit(jsonl: Path, keys: KeyMaker, commit: str) -> tuple[int, in
         )
         subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
         old_root = Path(tmp) / "src" / "semiparam"
-        old_full = code_hash(old_root, exclude=())
-        if code_hash(old_root, exclude=fixed) != code_hash(ds.REPO / "src" / "semiparam", exclude=fixed):
-            raise SystemExit(f"code that can change a result differs from {commit}: rerun, do not rekey")
-    records = read_records(jsonl)
+        return commit, code_hash(old_root, exclude=()), code_hash(old_root, exclude=exclude)
+
+
+def _made_by(record: Mapping[str, Any], old_full: str) -> bool:
+    """An NPT/SPIN record of a development-suite table made by the code whose hash is ``old_full``."""
+    code = record.get("code") or {}
+    return (
+        record.get("model", "").removesuffix("_tuned") in ds.NEURAL_MODELS
+        and code.get("src_sha256") == old_full
+        and record.get("table") in ds.TABLES
+    )
+
+
+def move_records(records: list[dict], keys: KeyMaker, old_full: str, provenance: Mapping) -> int:
+    """Give the NPT/SPIN records made by code ``old_full`` the current key, recording in their
+    ``code`` where they came from (``provenance``); the number moved."""
     moved = 0
     for r in records:
-        code = r.get("code") or {}
-        if r.get("model", "").removesuffix("_tuned") not in ds.NEURAL_MODELS:
-            continue
-        if code.get("src_sha256") != old_full or r["table"] not in ds.TABLES:
+        if not _made_by(r, old_full):
             continue
         table, model, split = r["table"], r["model"], int(r["split"])
         settings = keys.settings(
             table, model, split, r.get("overrides") or {}, int(r.get("tuned_trials", 20))
         )
-        r["code"] = {**code, "src_sha256": keys.code["src_sha256"], "rekeyed_from": [commit, old_full]}
+        r["code"] = {**r["code"], "src_sha256": keys.code["src_sha256"], **provenance}
         r["key"] = keys.key(table, model, split, settings)
         moved += 1
+    return moved
+
+
+# the cells rerun to check a code change that should not change any number: a regression with
+# categorical columns, a binary table with missing values, a multiclass table (all reproduce
+# bit for bit on 2 threads; the 2,000-row tables do not, see the README)
+VERIFY_TABLES = ("yacht", "titanic", "beps")
+
+
+def rekey_verified(
+    jsonl: Path, keys: KeyMaker, commit: str, tables: Iterable[str] = VERIFY_TABLES, log=print
+) -> tuple[int, int]:
+    """Move the NPT/SPIN records made by ``commit``'s code to the current key after checking, by
+    rerunning, that the current code reproduces them: every model among those records is refitted
+    now on ``tables`` with its recorded overrides, and every metric must equal the recorded one
+    exactly. On any difference nothing moves (SystemExit names the cells). The reruns are appended
+    as records of their own; the moved records keep their original code version and name the
+    commit they came from and the cells that verified them. For a change meant to leave every
+    number as it was (a refactor, a new feature off the fitted path); it is evidence on the tables
+    rerun, not a proof for the others, and the records say which tables it was."""
+    commit, old_full, _ = commit_code_hashes(commit)
+    records = read_records(jsonl)
+    old = [r for r in records if _made_by(r, old_full) and r.get("status") == "ok"]
+    if not old:
+        raise SystemExit(f"no NPT/SPIN record in {jsonl} was made by the code of {commit}")
+    checks: list[dict] = []
+    mismatches: list[str] = []
+    for model in sorted({r["model"] for r in old}):
+        for table in tables:
+            mine = [r for r in old if r["model"] == model and r["table"] == table]
+            if not mine:
+                raise SystemExit(f"no {model} record on {table} from {commit} to verify against")
+            ref = mine[-1]
+            rerun = run_cell_record(
+                keys,
+                table,
+                model,
+                int(ref["split"]),
+                ref.get("overrides") or {},
+                int(ref.get("tuned_trials", 20)),
+                ref.get("tag", "default"),
+                log=log,
+            )
+            checks.append(rerun)
+            cell = f"{table}/{model}/split {ref['split']}"
+            if rerun.get("status") != "ok" or rerun.get("metrics") != ref.get("metrics"):
+                mismatches.append(f"{cell}: recorded {ref.get('metrics')}, now {rerun.get('metrics')}")
+    if mismatches:
+        raise SystemExit(
+            "the current code does not reproduce these cells; rerun, do not rekey:\n" + "\n".join(mismatches)
+        )
+    verified = [f"{r['table']}/{r['model']}/{r['split']}" for r in checks]
+    moved = move_records(
+        records, keys, old_full, {"rekeyed_from": [commit, old_full], "verified_by_rerun": verified}
+    )
     rewrite_records(jsonl, records)
+    for r in checks:
+        append_record(jsonl, r)
     return moved, len(records) - moved
 
 
@@ -740,9 +842,23 @@ def main(argv: list[str] | None = None) -> int:
         help="move NPT/SPIN records made by COMMIT's code to the current key when only presentation "
         "modules or the hash function changed since",
     )
+    parser.add_argument(
+        "--rekey-verified",
+        metavar="COMMIT",
+        help="move NPT/SPIN records made by COMMIT's code to the current key after rerunning "
+        f"them on --tables (default {','.join(VERIFY_TABLES)}) and finding every metric equal",
+    )
     args = parser.parse_args(argv)
     sets = parse_sets(args.set)
     jsonl = args.out / JSONL_NAME
+    if args.rekey_verified:
+        import torch
+
+        torch.set_num_threads(ds.N_THREADS)
+        tables = split_list(args.tables, ds.TABLES, "tables") if args.tables else VERIFY_TABLES
+        moved, left = rekey_verified(jsonl, KeyMaker(include_git=args.key_git), args.rekey_verified, tables)
+        print(f"rekeyed {jsonl} from {args.rekey_verified} after verifying {list(tables)}: {moved} records")
+        return 0
     if args.rekey_from:
         moved, left = rekey_from_commit(jsonl, KeyMaker(include_git=args.key_git), args.rekey_from)
         print(f"rekeyed {jsonl} from {args.rekey_from}: {moved} records, {left} left as they were")

@@ -27,6 +27,10 @@ _EXPORTS = {
     "get_plan": "suites",
     "write_report": "report",
     "BASELINES": "baselines",
+    "corruption_test": "analyses",
+    "deletion_test": "analyses",
+    "lookup_test": "analyses",
+    "write_analysis": "analyses",
     "TableModelSpec": "models",
     # The training pieces a step-level benchmark (benchmarks/scaling.py) drives directly, so that
     # scripts outside the package need not import semiparam's internal modules.

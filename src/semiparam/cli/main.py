@@ -294,6 +294,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_bench_parser(sub)
 
+    from .analyze import add_analyze_parsers  # explain, analyze corruption|lookup|deletion
+
+    add_analyze_parsers(sub)
+
     from .impute_vcf import add_impute_vcf_parser  # the logic lives in semiparam.genomics
 
     add_impute_vcf_parser(sub)

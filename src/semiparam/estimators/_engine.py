@@ -134,6 +134,7 @@ class TableLearner:
         self.encoder: TableEncoder | None = None
         self.module: torch.nn.Module | None = None
         self.context: EncodedTable | None = None
+        self.context_index: np.ndarray | None = None
         self.history: TrainHistory | None = None
         self._context_state: Any = None
         self.temperatures: dict[str, float] = {}  # categorical target -> softmax temperature
@@ -320,15 +321,18 @@ class TableLearner:
         to ``max_context_rows``; the others encode all of them now and drop the rows."""
         if not self.keeps_training_rows:
             self.context = None
+            self.context_index = None
             self._context_state = self._encode(context)
             return
         limit = self.train_config.max_context_rows
+        keep = np.arange(len(context.values))
         if len(context.values) > limit:
             rng = np.random.default_rng(self.seed + 1)
             order = stratified_order(len(context.values), self._strata(context), rng)
             keep = np.sort(order[np.linspace(0, len(order) - 1, limit).astype(np.int64)])
             context = EncodedTable(context.values[keep], context.missing[keep])
         self.context = context
+        self.context_index = keep  # positions of the context rows among the rows given
         self._context_state = None
 
     def refresh_context(self, frame: pd.DataFrame) -> None:
@@ -450,7 +454,13 @@ class TableLearner:
         """Decoded predictions per column: ``{"mean": ..., "std": ...}`` for continuous columns
         (original units; std only with a Gaussian head), ``{"proba": (n, C)}`` for categorical.
         ``frame`` may be a table or an :class:`EncodedTable` (then ``absent`` does not apply)."""
-        outputs = self.predict_outputs(frame, absent=absent)
+        return self.decode_outputs(self.predict_outputs(frame, absent=absent), columns)
+
+    def decode_outputs(
+        self, outputs: ColumnOutputs, columns: Sequence[str]
+    ) -> dict[str, dict[str, np.ndarray]]:
+        """Raw outputs -> the decoded predictions of :meth:`predict_columns`."""
+        assert self.encoder is not None
         layout = self.schema.layout()
         result: dict[str, dict[str, np.ndarray]] = {}
         for name in columns:
@@ -511,6 +521,8 @@ class TableLearner:
                 "values": torch.as_tensor(self.context.values),
                 "missing": torch.as_tensor(self.context.missing),
             }
+            if self.context_index is not None:  # which of the given rows they are (explanations)
+                context["index"] = torch.as_tensor(self.context_index, dtype=torch.int64)
         else:  # only the encoding: the saved model holds no training row
             state = self.module.state_to_tensors(self.context_state())
             context = {k: v.detach().cpu().contiguous() for k, v in state.items()}
@@ -547,6 +559,7 @@ class TableLearner:
         if learner.keeps_training_rows:
             ctx = read_tensors(path / "context.safetensors", load_file)
             learner.context = EncodedTable(ctx["values"].numpy(), ctx["missing"].numpy())
+            learner.context_index = ctx["index"].numpy() if "index" in ctx else None
         else:
             ctx = read_tensors(path / "context.safetensors", load_file, device=str(learner.device))
             learner._context_state = learner.module.state_from_tensors(ctx)

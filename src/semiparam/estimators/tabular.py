@@ -14,6 +14,7 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from ..data.columns import CATEGORICAL, CONTINUOUS
 from ..data.table import ColumnSpec, DataValidationError, TableSchema, infer_schema
+from ._explain import ExplainMixin
 from .base import TableEstimatorMixin
 
 TARGET = "__target__"
@@ -29,7 +30,7 @@ def _require_y(estimator: Any, y: Any) -> None:
         raise ValueError(f"{type(estimator).__name__} requires y to be passed, but the target y is None")
 
 
-class _SupervisedTableEstimator(TableEstimatorMixin):
+class _SupervisedTableEstimator(ExplainMixin, TableEstimatorMixin):
     def _fit_frame(
         self,
         X: Any,
@@ -185,15 +186,18 @@ class TableClassifier(ClassifierMixin, _SupervisedTableEstimator):
         """Predict from the labelled rows ``(X, y)`` from now on, without retraining (e.g. after new
         data arrive). Labels must be among ``classes_``."""
         check_is_fitted(self, "learner_")
+        self.learner_.refresh_context(self._context_table(X, y))
+        return self
+
+    def _context_table(self, X: Any, y: Any) -> pd.DataFrame:
+        """Labelled rows ``(X, y)`` as a table of features and target (labels among ``classes_``)."""
         y = column_or_1d(np.asarray(y), warn=True)
         unknown = sorted(set(np.unique(y).tolist()) - set(self.classes_.tolist()))
         if unknown:
             raise DataValidationError(
                 f"labels {unknown} were not seen at fit; classes are {self.classes_.tolist()}"
             )
-        table = self._context_frame(X, pd.DataFrame({TARGET: pd.Series(y, dtype=object)}))
-        self.learner_.refresh_context(table)
-        return self
+        return self._context_frame(X, pd.DataFrame({TARGET: pd.Series(y, dtype=object)}))
 
     def predict_proba(self, X: Any) -> np.ndarray:
         return self._predict_targets(X)[TARGET]["proba"]
@@ -280,12 +284,16 @@ class TableRegressor(RegressorMixin, _ContinuousLossMixin, _SupervisedTableEstim
     def set_context(self, X: Any, y: Any) -> TableRegressor:
         """Predict from the labelled rows ``(X, y)`` from now on, without retraining."""
         check_is_fitted(self, "learner_")
+        self.learner_.refresh_context(self._context_table(X, y))
+        return self
+
+    def _context_table(self, X: Any, y: Any) -> pd.DataFrame:
+        """Labelled rows ``(X, y)`` as a table of features and target columns."""
         y2 = np.asarray(y, dtype=np.float64).reshape(len(y), -1)
         names = list(self.learner_.schema.targets)
         if y2.shape[1] != len(names):
             raise DataValidationError(f"y has {y2.shape[1]} target column(s), the model {len(names)}")
-        self.learner_.refresh_context(self._context_frame(X, pd.DataFrame(y2, columns=names)))
-        return self
+        return self._context_frame(X, pd.DataFrame(y2, columns=names))
 
     def predict(self, X: Any, return_std: bool = False) -> Any:
         out = self._predict_targets(X)
@@ -377,6 +385,21 @@ class TablePredictor(_ContinuousLossMixin, _SupervisedTableEstimator):
         features = frame.drop(columns=targets)
         self._fit_frame(features, labels, list(target_specs), X_unlabeled, checkpoint_dir, resume)
         return self
+
+    def _context_table(self, frame: Any, y: Any = None) -> pd.DataFrame:
+        """Labelled rows: a DataFrame holding the feature and the target columns."""
+        if y is not None or not isinstance(frame, pd.DataFrame):
+            raise TypeError(
+                "a TablePredictor takes labelled rows as one DataFrame holding the target columns"
+            )
+        targets = list(self.learner_.schema.targets)
+        missing = [t for t in targets if t not in frame.columns.astype(str)]
+        if missing:
+            raise DataValidationError(f"target column(s) {missing} not in the table")
+        frame = frame.rename(columns=str)
+        if frame[targets].isna().any().any():
+            raise DataValidationError("target columns of labelled rows may not have missing values")
+        return self._context_frame(frame.drop(columns=targets), frame[targets])
 
     def predict(self, frame: Any) -> pd.DataFrame:
         if isinstance(frame, pd.DataFrame):

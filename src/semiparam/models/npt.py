@@ -218,3 +218,26 @@ class NPT(nn.Module):
             else:
                 h = block(h)
         return self.heads(h)
+
+    @torch.no_grad()
+    def attention_maps(self, values: Tensor, hidden: Tensor, cache: ContextCache) -> dict[str, list[Tensor]]:
+        """The attention weights of query rows ``(n_q, d)`` predicted from a cached context, block
+        by block: ``"rows"``, one ``(n_q, heads, n_ctx + 1)`` per ABD block (the weight on each
+        context row, then on the query row itself: what :meth:`forward_queries` uses), and
+        ``"columns"``, one ``(n_q, heads, d, d)`` per ABA block (attribute i attending to
+        attribute j within the query row). Memory is that of the maps, O(n_q * n_ctx) per block."""
+        h = self._embed(values, hidden)
+        kv = iter(cache)
+        rows: list[Tensor] = []
+        columns: list[Tensor] = []
+        for block in self.blocks:
+            n, d, e = h.shape
+            if isinstance(block, AttentionBetweenDatapoints):
+                k_ctx, v_ctx = next(kv)
+                tokens = h.reshape(1, n, d * e)
+                rows.append(block.mab.self_and_prefix_weights(tokens, (k_ctx, v_ctx))[0].transpose(0, 1))
+                h = block.forward_queries(h, (k_ctx, v_ctx))
+            else:
+                columns.append(block.mab.self_attention_weights(h))
+                h = block(h)
+        return {"rows": rows, "columns": columns}

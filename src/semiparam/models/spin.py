@@ -342,3 +342,42 @@ class SPIN(nn.Module):
         k, _ = self.predictor.context_kv(state)  # (1, heads, h, w / heads)
         scores = torch.matmul(q, k.transpose(-1, -2)) * self.predictor.attention.scale
         return torch.softmax(scores, dim=-1).mean(dim=1)[0]  # (b, h)
+
+    @torch.no_grad()
+    def attention_maps(
+        self,
+        values: Tensor,
+        hidden: Tensor,
+        state: Tensor,
+        context: tuple[Tensor, Tensor] | None = None,
+    ) -> dict[str, Any]:
+        """Attention weights behind the predictions of query rows ``(b, d)`` from the encoding
+        ``state``: ``"inducing_points"`` ``(b, heads, h)``, the predictor's weights over the
+        inducing points. With the encoded ``context`` rows ``(values, hidden)`` also ``"rows"``,
+        one ``(heads, h, n_ctx)`` per encoder layer (XABD: each inducing point over the rows), and
+        ``"composed"`` ``(b, n_ctx)``: query -> inducing points -> rows, the predictor's weights
+        (mean over heads) times the XABD weights (mean over heads and layers), rows summing to 1.
+        The context is encoded in one pass here (memory O(n_ctx * d * e))."""
+        b = values.shape[0]
+        state = state.to(self.inducing_points.device, self.inducing_points.dtype)
+        d_emb = self._embed(values, hidden)
+        predictor = self.predictor.weights(d_emb.reshape(1, b, -1), state)[0].transpose(0, 1)
+        out: dict[str, Any] = {"inducing_points": predictor}
+        if context is None:
+            return out
+        if self.config.inference_latents == "learned":
+            raise ValueError("with inference_latents='learned' predictions do not read the context rows")
+        ctx = self._embed(*context)
+        h_a = self._initial_rows(ctx)
+        h_d = self.inducing_points
+        rows: list[Tensor] = []
+        for layer in self.layers:
+            h_a = layer.rows_before_xabd(h_a, ctx)
+            n, f, e = h_a.shape
+            rows.append(layer.xabd.weights(h_d, h_a.reshape(1, n, f * e))[0])
+            h_d = layer.inducing(h_d, h_a)
+            h_a = layer.rows_after_xabd(h_a)
+        out["rows"] = rows
+        through = torch.stack([w.mean(0) for w in rows]).mean(0)  # (h, n_ctx)
+        out["composed"] = predictor.mean(1) @ through
+        return out

@@ -218,6 +218,30 @@ class MAB(nn.Module):
         res = self.residual(x) + self.dropout(self.attention.merge_heads(heads_out))
         return res + self.ff(self.norm_ff(res))
 
+    # -- attention weights, for explanations: the softmax the forward pass applies, written out
+    def weights(self, x: Tensor, y: Tensor) -> Tensor:
+        """Cross-attention weights of queries ``x (B, n_q, w)`` over keys ``y (B, n_kv, w_kv)``:
+        ``(B, heads, n_q, n_kv)``, each row summing to 1."""
+        q = self.query_heads(x)
+        k, _ = self.context_kv(y)
+        return torch.softmax(torch.matmul(q, k.transpose(-1, -2)) * self.attention.scale, dim=-1)
+
+    def self_attention_weights(self, x: Tensor) -> Tensor:
+        """Self-attention weights within each set of ``x (B, n, w)``: ``(B, heads, n, n)``."""
+        q = self.query_heads(x)
+        k, _ = self.attention.project_kv(self.norm_q(x) if self.normalize_kv else x)
+        return torch.softmax(torch.matmul(q, k.transpose(-1, -2)) * self.attention.scale, dim=-1)
+
+    def self_and_prefix_weights(self, x: Tensor, prefix_kv: tuple[Tensor, Tensor]) -> Tensor:
+        """Weights of the ``paired`` forward: each query of ``x (B, n_q, w)`` over the cached
+        prefix keys and then itself: ``(B, heads, n_q, n_prefix + 1)``."""
+        q = self.query_heads(x)
+        k_self, _ = self.attention.project_kv(self.norm_q(x) if self.normalize_kv else x)
+        scale = self.attention.scale
+        logits_ctx = torch.matmul(q, prefix_kv[0].transpose(-1, -2)) * scale
+        logit_self = (q * k_self).sum(-1, keepdim=True) * scale
+        return torch.softmax(torch.cat([logits_ctx, logit_self], dim=-1), dim=-1)
+
     def forward(
         self,
         x: Tensor,
