@@ -26,7 +26,8 @@ import pandas as pd
 
 from ..data.columns import CATEGORICAL
 from ..data.table import EncodedTable
-from ..estimators._explain import _Explainer, corrupted_predictions
+from ..estimators._engine import _json_default
+from ..estimators._explain import _Explainer, _hide_column, corrupted_predictions
 from .measure import code_hash, machine_info
 
 # The NPT paper's Table 2 (spec-npt 5.7): change after corruption, accuracy in percentage points
@@ -144,9 +145,7 @@ def lookup_test(
     queries = ex.queries(X_test)
     visible = _scores(ex, truth, ex.predict(queries))
     (context, _), *_ = ex.contexts
-    hidden_ctx = EncodedTable(context.values.copy(), context.missing.copy())
-    hidden_ctx.values[:, ex.target_j] = 0.0
-    hidden_ctx.missing[:, ex.target_j] = True
+    hidden_ctx = _hide_column(context, ex.target_j)
     hidden = _scores(ex, truth, ex.predict(queries, [hidden_ctx] * len(ex.members)))
     rows = model.explain_rows(X_test, top_k=1, context=(X_test, y_test))
     hit = float((rows["context_row"].to_numpy() == np.arange(len(X_test))).mean())
@@ -351,14 +350,6 @@ def write_analysis(
     path = out / f"{stem}.md"
     path.write_text("\n".join(lines) + "\n")
     return path
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
 def _fmt(x: float | None, digits: int = 4) -> str:

@@ -189,18 +189,18 @@ class _Explainer:
         return module, q, c
 
     def member_maps(self, k: int, queries: EncodedTable, with_rows: bool) -> dict[str, Any]:
+        """Member k's attention maps for ``queries`` from its encoded context (the cached one);
+        SPIN's maps over the rows (``with_rows``) also need the context rows themselves."""
         m = self.members[k]
         own = self.contexts[k]
-        context = own[0] if own is not None and (with_rows or isinstance(m.module, NPT)) else None
-        module, (qv, qh), c = self.member_inputs(k, queries, context)
+        rows = own[0] if with_rows and own is not None and isinstance(m.module, SPIN) else None
+        module, (qv, qh), c = self.member_inputs(k, queries, rows)
+        state = self.member_state(k)
         with torch.no_grad():
             if isinstance(module, NPT):
-                if c is None:
-                    raise ValueError("an NPT model without context rows cannot be explained")
-                return module.attention_maps(qv, qh, module.encode_context(*c))
+                return module.attention_maps(qv, qh, state)
             if isinstance(module, SPIN):
-                state = self.member_state(k)
-                return module.attention_maps(qv, qh, state, context=c if with_rows else None)
+                return module.attention_maps(qv, qh, state, context=c)
         raise NotImplementedError(f"attention maps of a {m.model_name} model are not available")
 
     def row_attention(self, queries: EncodedTable) -> np.ndarray:
@@ -460,21 +460,17 @@ def _without(
     context: EncodedTable, index: np.ndarray, row: int, deletion: str, target_j: int
 ) -> EncodedTable:
     """The context without given row ``row`` (``deletion="row"``) or with its target hidden."""
-    where = np.nonzero(index == row)[0]
+    where = index == row
     if deletion == "row":
-        keep = np.ones(len(index), dtype=bool)
-        keep[where] = False
-        return EncodedTable(context.values[keep], context.missing[keep])
-    values, missing = context.values.copy(), context.missing.copy()
-    values[where, target_j] = 0.0
-    missing[where, target_j] = True
-    return EncodedTable(values, missing)
+        return EncodedTable(context.values[~where], context.missing[~where])
+    return _hide_column(context, target_j, where)
 
 
-def _hide_column(table: EncodedTable, j: int) -> EncodedTable:
+def _hide_column(table: EncodedTable, j: int, rows: Any = slice(None)) -> EncodedTable:
+    """A copy of ``table`` with column ``j`` hidden in ``rows`` (default: every row)."""
     values, missing = table.values.copy(), table.missing.copy()
-    values[:, j] = 0.0
-    missing[:, j] = True
+    values[rows, j] = 0.0
+    missing[rows, j] = True
     return EncodedTable(values, missing)
 
 
