@@ -17,7 +17,7 @@ from semiparam import (
 
 from .conftest import TINY_MODEL
 
-FAST = dict(max_steps=15, learning_rate=1e-2, model_options=TINY_MODEL, random_state=0)
+FAST = dict(max_steps=15, learning_rate=1e-2, model_options=TINY_MODEL, random_state=0, n_estimators=1)
 
 
 @pytest.fixture(scope="module")

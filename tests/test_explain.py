@@ -172,9 +172,11 @@ def test_analyses_report_and_command_line(tmp_path, tiny_classifier):
 
     Xl = _features(40, 3, seed=9)
     yl = np.random.default_rng(2).integers(0, 2, 40)
-    model = NPTClassifier(p_target=0.5, max_steps=10, model_options=TINY, random_state=0, verbose=False)
+    model = NPTClassifier(max_steps=10, model_options=TINY, random_state=0, verbose=False)
     lookup = lookup_test(model, Xl.iloc[:30], yl[:30], Xl.iloc[30:], yl[30:], dataset="toy")
     assert 0.0 <= lookup["attention_top1_is_duplicate"] <= 1.0 and lookup["n_test"] == 10
+    assert not hasattr(model, "learner_")  # a clone was trained, with the lookup task
+    assert lookup["shuffle_targets"] and set(lookup["chance"]) == {"accuracy", "log_loss"}
 
     data = tmp_path / "train.csv"
     X.assign(label=y).to_csv(data, index=False)

@@ -16,9 +16,14 @@ from semiparam import ModelFileError, NPTClassifier
 from semiparam._io import atomic_directory, atomic_file, available_device
 from semiparam.cli.main import main
 
-from .test_cli import TINY_SETS
+from .test_cli import ONE, TINY_SETS
 
-FAST = {"max_steps": 5, "model_options": {"d_embedding": 8, "n_heads": 2, "n_blocks": 2}, "verbose": False}
+FAST = {
+    "max_steps": 5,
+    "model_options": {"d_embedding": 8, "n_heads": 2, "n_blocks": 2},
+    "n_estimators": 1,  # one model's file layout
+    "verbose": False,
+}
 
 
 def siblings(path: Path) -> list[str]:
@@ -163,7 +168,7 @@ def run_dir(tmp_path: Path, mixed_frame: pd.DataFrame) -> tuple[Path, Path]:
     csv = tmp_path / "table.csv"
     mixed_frame.to_csv(csv, index=False)
     run = tmp_path / "run"
-    assert main(["fit", str(csv), "--target", "target", "--out", str(run), *TINY_SETS]) == 0
+    assert main(["fit", str(csv), "--target", "target", "--out", str(run), *ONE, *TINY_SETS]) == 0
     return run, csv
 
 
@@ -177,7 +182,7 @@ def test_cli_refuses_to_overwrite_without_force(
     err = capsys.readouterr().err
     assert err.startswith("semiparam: error: ") and "--force" in err and err.count("\n") == 1
     assert (run / "notes.txt").read_text() == "mine"
-    assert main(["fit", str(csv), "--target", "target", "--out", str(run), "--force", *TINY_SETS]) == 0
+    assert main(["fit", str(csv), "--target", "target", "--out", str(run), "--force", *ONE, *TINY_SETS]) == 0
     assert not (run / "notes.txt").exists() and (run / "model" / "model.safetensors").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 

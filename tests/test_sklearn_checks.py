@@ -7,7 +7,9 @@ from semiparam import NPTClassifier, NPTRegressor, TableImputer
 from .conftest import TINY_MODEL
 
 # lr 1e-2 and no feature loss so that 60 steps reach the checks' training-accuracy bar (0.83)
-TINY = dict(max_steps=60, learning_rate=1e-2, p_feature=0.0, model_options=TINY_MODEL, random_state=0)
+TINY = dict(
+    max_steps=60, learning_rate=1e-2, p_feature=0.0, model_options=TINY_MODEL, random_state=0, n_estimators=1
+)
 
 
 @parametrize_with_checks(

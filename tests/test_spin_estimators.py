@@ -291,8 +291,8 @@ def test_cli_fit_and_predict_with_spin(tmp_path, capsys):
 
 
 def test_default_members_follow_the_preset():
-    """n_estimators=None takes the preset's count: three members for SPIN's cpu preset, one for its
-    paper presets and for NPT; an explicit count wins."""
+    """n_estimators=None takes the preset's count: three members for the cpu presets of SPIN and
+    NPT, one for the paper presets; an explicit count wins."""
     from semiparam import NPTRegressor
 
     X, y = _blobs(40)
@@ -303,4 +303,5 @@ def test_default_members_follow_the_preset():
     assert len(SPINRegressor(preset="small", **quick).fit(X, target).learner_.members) == 1
     assert len(SPINRegressor(n_estimators=2, **quick).fit(X, target).learner_.members) == 2
     npt = NPTRegressor(max_steps=3, model_options={"d_embedding": 8, "n_heads": 2}, random_state=0)
-    assert len(npt.fit(X, target).learner_.members) == 1
+    assert len(npt.fit(X, target).learner_.members) == 3
+    assert len(npt.set_params(preset="small").fit(X, target).learner_.members) == 1

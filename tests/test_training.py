@@ -82,6 +82,36 @@ def test_stochastic_target_masking_keeps_other_labels_visible():
     assert not m.score_feature.any()
 
 
+@pytest.mark.parametrize("p_target", [1.0, 0.5])
+def test_revealed_rows_are_shown_whole_and_never_scored(p_target):
+    values, missing = _data(4000)
+    labelled = torch.ones(len(values), dtype=torch.bool)
+    revealed = torch.arange(len(values)) >= 2000  # the lookup task's copies
+    policy = MaskingPolicy(p_feature=0.15, p_target=p_target)
+    m = mask_for_training(
+        values,
+        missing,
+        target_columns=TARGETS,
+        labelled_rows=labelled,
+        cardinalities=CARDS,
+        policy=policy,
+        generator=torch.Generator().manual_seed(4),
+        revealed_rows=revealed,
+    )
+    # copies: exactly their observed cells shown, unchanged, nothing scored
+    torch.testing.assert_close(m.hidden[revealed], missing[revealed])
+    shown = revealed.view(-1, 1) & ~missing
+    torch.testing.assert_close(m.values[shown], values[shown])
+    assert not m.score_target[revealed].any() and not m.score_feature[revealed].any()
+    # originals: masked as without copies
+    originals = ~revealed & ~missing[:, 3]
+    if p_target == 1.0:
+        assert m.hidden[~revealed, 3].all() and m.score_target[originals, 3].all()
+    else:
+        assert abs(m.score_target[originals, 3].float().mean().item() - 0.5) < 0.04
+    assert m.score_feature[~revealed].any()
+
+
 def test_loss_reads_only_scored_cells():
     torch.manual_seed(0)
     n = 8

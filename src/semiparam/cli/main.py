@@ -263,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--n-estimators",
         type=int,
         default=None,
-        help="ensemble members (default: the preset's, 3 for SPIN's cpu preset, else 1)",
+        help="ensemble members (default: the preset's, 3 for the cpu preset, 1 for the paper presets)",
     )
     common(p)
     p.set_defaults(func=cmd_fit)

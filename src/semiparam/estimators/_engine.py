@@ -112,6 +112,48 @@ class _RowSampler:
         self.epoch_batches = [b.cpu().numpy() for b in state["epoch_batches"]]
 
 
+def _permute_targets(values: Any, missing: Any, target_j: Sequence[int], perm: Any) -> tuple[Any, Any]:
+    """Copies of ``values``/``missing`` (numpy or torch, (n, d)) whose target cells are those of
+    the rows ``perm``: labels reassigned at random across rows."""
+    copy_of = (lambda a: a.clone()) if isinstance(values, torch.Tensor) else (lambda a: a.copy())
+    values, missing = copy_of(values), copy_of(missing)
+    for j in target_j:
+        values[:, j] = values[perm, j]
+        missing[:, j] = missing[perm, j]
+    return values, missing
+
+
+class _DuplicateLookup:
+    """The NPT paper's semi-synthetic lookup task (section 4.2, spec-npt 6.4) around a row
+    sampler: each step's rows (targets hidden and scored), then a copy of them shown whole
+    (``Batch.revealed``), from which the hidden targets can be copied. With ``shuffle`` the target
+    cells are first permuted across the step's rows, so that copying is the only way to predict
+    them. Its random state is the row sampler's generator, checkpointed with it."""
+
+    def __init__(self, rows: _RowSampler, target_j: Sequence[int], shuffle: bool) -> None:
+        self.rows, self.target_j, self.shuffle = rows, list(target_j), shuffle
+
+    def __call__(self, step: int) -> Batch:
+        batch = self.rows(step)
+        values, missing = batch.values, batch.missing
+        if self.shuffle:
+            perm = torch.as_tensor(self.rows.rng.permutation(len(values)), device=values.device)
+            values, missing = _permute_targets(values, missing, self.target_j, perm)
+        revealed = torch.arange(2 * len(values), device=values.device) >= len(values)
+        return Batch(
+            torch.cat([values, values]),
+            torch.cat([missing, missing]),
+            torch.cat([batch.labelled, batch.labelled]),
+            revealed,
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.rows.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.rows.load_state_dict(state)
+
+
 class TableLearner:
     """One fitted table model (see module docstring)."""
 
@@ -256,7 +298,7 @@ class TableLearner:
                 [strata[train_idx], np.full(len(train_values) - len(train_idx), -2)]
             )
 
-        sampler = _RowSampler(
+        sampler: _RowSampler | _DuplicateLookup = _RowSampler(
             torch.as_tensor(train_values, device=self.device),
             torch.as_tensor(train_missing, device=self.device),
             torch.as_tensor(labelled, device=self.device),
@@ -264,6 +306,9 @@ class TableLearner:
             train_strata,
             rng,
         )
+        lookup = cfg.training_task == "duplicate_lookup"
+        if lookup:
+            sampler = _DuplicateLookup(sampler, schema.target_indices, cfg.lookup_shuffle_targets)
         checkpoint, state = None, None
         if checkpoint_dir is not None:
             checkpoint = TrainingCheckpoint(
@@ -290,12 +335,18 @@ class TableLearner:
                 callbacks.append(BestCheckpoint(cfg.patience, cfg.smoothing))
                 val = EncodedTable(enc.values[val_idx], enc.missing[val_idx])
                 ctx = EncodedTable(enc.values[train_idx], enc.missing[train_idx])
+                if lookup:  # each validation row is predicted from its duplicate
+                    if cfg.lookup_shuffle_targets:
+                        perm = rng.permutation(len(val_idx))
+                        shuffled = _permute_targets(val.values, val.missing, schema.target_indices, perm)
+                        val = EncodedTable(*shuffled)
+                    ctx = val
                 evaluate = lambda: self._target_loss(ctx, val)  # noqa: E731
             trainer = Trainer(
                 self.module,
                 self.schema.layout(),
                 self._target_mask(),
-                cfg,
+                cfg.replace(p_target=1.0) if lookup else cfg,  # lookup: every original's label hidden
                 callbacks=callbacks,
                 generator=generator,
             )
@@ -345,12 +396,11 @@ class TableLearner:
         values = torch.as_tensor(context.values, device=self.device)
         missing = torch.as_tensor(context.missing, device=self.device)
         # Training labels are visible context only if the model was trained to read them
-        # (stochastic target masking); with p_target = 1 the model never saw a label as input.
-        hide = (
-            self._target_mask()
-            if self.train_config.p_target >= 1.0
-            else torch.zeros_like(self._target_mask())
-        )
+        # (stochastic target masking, or the lookup task); with p_target = 1 the model never saw
+        # a label as input.
+        cfg = self.train_config
+        reads_labels = cfg.p_target < 1.0 or cfg.training_task == "duplicate_lookup"
+        hide = torch.zeros_like(self._target_mask()) if reads_labels else self._target_mask()
         return mask_for_inference(values, missing, hide_columns=hide)
 
     def inference_module(self) -> torch.nn.Module:

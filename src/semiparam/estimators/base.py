@@ -34,12 +34,12 @@ _TRAIN_ARGS = (
     "time_budget",
 )
 
-# NOTE[DIFF]: the papers train one model. SPIN's out-of-the-box preset is an ensemble of three
+# NOTE[DIFF]: the papers train one model. The out-of-the-box (cpu) presets are ensembles of three
 # members (own seed, validation split, masks and batches; predictions averaged), chosen on the
-# development suite (``benchmarks/tabular_defaults.py --set spin.n_estimators=3``): with three
-# members SPIN ranked ahead of CatBoost on more of its tables, at about three times the fit time.
-# NPT stays one member: its single fit already costs several times SPIN's.
-_DEFAULT_MEMBERS = {("spin", "cpu"): 3}
+# development suite (``benchmarks/tabular_defaults.py --set spin.n_estimators=3``, ``--set
+# npt.n_estimators=3``): with three members each model ranked ahead of CatBoost on more of its
+# tables than with one, at about three times the fit time.
+_DEFAULT_MEMBERS = {("spin", "cpu"): 3, ("npt", "cpu"): 3}
 
 
 def default_members(model: str, preset: str) -> int:

@@ -113,7 +113,7 @@ _PARAMS_DOC = """
     n_estimators : int, optional
         Members of the ensemble: each trained with its own seed and validation split; their
         predictions are averaged (probabilities, or a Gaussian mixture). None (default): the
-        preset's own count, 3 for SPIN's ``cpu`` preset and 1 otherwise (see
+        preset's own count, 3 for the ``cpu`` preset and 1 for the paper presets (see
         ``semiparam.estimators.base.default_members``).
     categorical_features : list of column names or indices, optional
         Force these feature columns to be categorical (default: inferred from dtypes).

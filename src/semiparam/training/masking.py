@@ -88,21 +88,26 @@ def mask_for_training(
     cardinalities: Tensor,
     policy: MaskingPolicy,
     generator: torch.Generator | None = None,
+    revealed_rows: Tensor | None = None,
 ) -> MaskedBatch:
     """Sample one training step's masks. ``values``/``missing`` (n, d); ``target_columns`` (d,) bool;
     ``labelled_rows`` (n,) bool: rows whose targets may be shown and scored; ``cardinalities`` (d,)
-    long, 0 for continuous columns."""
+    long, 0 for continuous columns; ``revealed_rows`` (n,) bool: rows shown whole, never masked
+    nor scored (the copies of the duplicate-lookup task, spec-npt 6.4)."""
     n, d = values.shape
     values = values.clone()
     hidden = missing.clone()
     observed = ~missing
     is_target = target_columns.view(1, d).expand(n, d)
-    scoreable_target = is_target & observed & labelled_rows.view(n, 1)
+    maskable = observed
+    if revealed_rows is not None:
+        maskable = observed & ~revealed_rows.view(n, 1)
+    scoreable_target = is_target & maskable & labelled_rows.view(n, 1)
     # rows without labels never show their targets
     hidden |= is_target & ~labelled_rows.view(n, 1)
 
     if policy.p_target >= 1.0:
-        hidden |= is_target
+        hidden |= is_target if revealed_rows is None else is_target & ~revealed_rows.view(n, 1)
         score_target = scoreable_target
     else:
         if policy.target_masking == "chunk":  # one draw per row, shared by its target cells
@@ -116,7 +121,7 @@ def mask_for_training(
     score_feature = torch.zeros_like(hidden)
     if policy.p_feature > 0:
         pick = torch.rand((n, d), generator=generator, device=values.device) < policy.p_feature
-        score_feature = ~is_target & observed & pick
+        score_feature = ~is_target & maskable & pick
         _corrupt(values, hidden, score_feature, cardinalities, policy.randomize_fraction, generator)
     values = values.masked_fill(hidden, 0.0)
     return MaskedBatch(values, hidden, score_target, score_feature)

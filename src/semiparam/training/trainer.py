@@ -28,11 +28,13 @@ from .schedules import cosine_tradeoff, flat_cosine, poly_warmup
 
 @dataclass
 class Batch:
-    """One training step's rows, encoded: ``values``/``missing`` (n, d), ``labelled`` (n,)."""
+    """One training step's rows, encoded: ``values``/``missing`` (n, d), ``labelled`` (n,);
+    ``revealed`` (n,): rows shown whole and never scored (the duplicate-lookup task's copies)."""
 
     values: Tensor
     missing: Tensor
     labelled: Tensor
+    revealed: Tensor | None = None
 
 
 @dataclass
@@ -298,6 +300,7 @@ class Trainer:
             cardinalities=self.cardinalities,
             policy=self.policy,
             generator=self.generator,
+            revealed_rows=batch.revealed,
         )
         outputs = self.forward(self.model, masked.values, masked.hidden)
         loss, stats = npt_loss(
