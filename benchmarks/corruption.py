@@ -2,13 +2,16 @@
 """The NPT paper's corruption test (Algorithm 1, Table 2) on real tables: NPT and SPIN at their
 defaults (only ``random_state`` set) fitted on a seeded 80/20 split, then every test row predicted
 from the training rows as they are and from a copy whose every column is permuted across rows.
+With ``--analysis lookup``, the duplicate lookup task (section 4.2) on the same split instead:
+a model trained to copy labels from duplicates predicts the test rows from their duplicates.
 
     .venv/bin/python benchmarks/corruption.py                     # yacht, boston, breast_cancer
     .venv/bin/python benchmarks/corruption.py --tables concrete --models npt
+    .venv/bin/python benchmarks/corruption.py --analysis lookup --tables concrete --models npt
 
-Each (table, model) appends a JSON line to ``results/tmp/corruption.jsonl`` as it finishes (a
+Each (table, model) appends a JSON line to ``results/tmp/<analysis>.jsonl`` as it finishes (a
 killed run resumes; a line is reused only when its key -- table, model, seed and semiparam's code
-hash -- still holds); the report ``results/corruption.md`` (+ ``.json``, ``.png``) is generated
+hash -- still holds); the report ``results/<analysis>.md`` (+ ``.json``, ``.png``) is generated
 from the current lines. Run it alone on the machine.
 """
 
@@ -25,7 +28,7 @@ import torch
 from sklearn.model_selection import train_test_split
 
 from semiparam import NPTClassifier, NPTRegressor, SPINClassifier, SPINRegressor, datasets
-from semiparam.bench import corruption_test, write_analysis
+from semiparam.bench import corruption_test, lookup_test, write_analysis
 from semiparam.bench.measure import code_hash
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -33,7 +36,7 @@ TABLES = ("yacht", "boston", "breast_cancer")
 MODELS = {"npt": (NPTClassifier, NPTRegressor), "spin": (SPINClassifier, SPINRegressor)}
 
 
-def run_one(table: str, model: str, seed: int) -> dict:
+def run_one(table: str, model: str, seed: int, analysis: str = "corruption") -> dict:
     data = datasets.load(table)
     X_train, X_test, y_train, y_test = train_test_split(
         data.X,
@@ -45,6 +48,18 @@ def run_one(table: str, model: str, seed: int) -> dict:
     classifier, regressor = MODELS[model]
     cls = regressor if data.task == "regression" else classifier
     estimator = cls(random_state=seed, verbose=False)
+    if analysis == "lookup":  # one model, trained on the lookup task by lookup_test
+        start = time.perf_counter()
+        result = lookup_test(
+            estimator.set_params(n_estimators=1),
+            X_train.reset_index(drop=True),
+            y_train.to_numpy(),
+            X_test.reset_index(drop=True),
+            y_test.to_numpy(),
+            dataset=data.info.paper_name,
+        )
+        result.update(table=table, seconds=time.perf_counter() - start)
+        return result
     start = time.perf_counter()
     estimator.fit(X_train, y_train)
     fit_seconds = time.perf_counter() - start
@@ -63,10 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default="npt,spin")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--analysis", default="corruption", choices=["corruption", "lookup"])
     parser.add_argument("--report-only", action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(2)
-    jsonl = args.out / "tmp" / "corruption.jsonl"
+    jsonl = args.out / "tmp" / f"{args.analysis}.jsonl"
     jsonl.parent.mkdir(parents=True, exist_ok=True)
     code = code_hash()
     records = [json.loads(line) for line in jsonl.read_text().splitlines()] if jsonl.exists() else []
@@ -79,17 +95,20 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"[skip] {table} {model}: done at this code")
                     continue
                 print(f"[run ] {table} {model} ...", flush=True)
-                result = run_one(table, model, args.seed)
+                result = run_one(table, model, args.seed, args.analysis)
                 result.update(code_hash=code, command=command)
                 with jsonl.open("a") as f:
                     f.write(json.dumps(result, default=float) + "\n")
                 current[(table, model, args.seed)] = result
-                print(f"       change {result['change']:+.2f} {result['change_unit']}", flush=True)
+                if args.analysis == "lookup":
+                    print(f"       duplicate first {result['attention_top1_is_duplicate']:.1%}", flush=True)
+                else:
+                    print(f"       change {result['change']:+.2f} {result['change_unit']}", flush=True)
     results = sorted(current.values(), key=lambda r: (r["table"], r["model"]))
     if not results:
         print("no results at the current code")
         return 1
-    print(f"wrote {write_analysis(args.out, 'corruption', results, command)}")
+    print(f"wrote {write_analysis(args.out, args.analysis, results, command)}")
     return 0
 
 

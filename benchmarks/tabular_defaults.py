@@ -351,12 +351,18 @@ def _made_by(record: Mapping[str, Any], old_full: str) -> bool:
     )
 
 
-def move_records(records: list[dict], keys: KeyMaker, old_full: str, provenance: Mapping) -> int:
-    """Give the NPT/SPIN records made by code ``old_full`` the current key, recording in their
-    ``code`` where they came from (``provenance``); the number moved."""
+def move_records(
+    records: list[dict],
+    keys: KeyMaker,
+    old_full: str,
+    provenance: Mapping,
+    models: set[str] | None = None,
+) -> int:
+    """Give the NPT/SPIN records made by code ``old_full`` (of ``models``, default all) the current
+    key, recording in their ``code`` where they came from (``provenance``); the number moved."""
     moved = 0
     for r in records:
-        if not _made_by(r, old_full):
+        if not _made_by(r, old_full) or (models is not None and r["model"] not in models):
             continue
         table, model, split = r["table"], r["model"], int(r["split"])
         settings = keys.settings(
@@ -385,7 +391,12 @@ VERIFY_TABLES = ("yacht", "titanic", "beps")
 
 
 def rekey_verified(
-    jsonl: Path, keys: KeyMaker, commit: str, tables: Iterable[str] = VERIFY_TABLES, log=print
+    jsonl: Path,
+    keys: KeyMaker,
+    commit: str,
+    tables: Iterable[str] = VERIFY_TABLES,
+    log=print,
+    models: Iterable[str] | None = None,
 ) -> tuple[int, int]:
     """Move the NPT/SPIN records made by ``commit``'s code to the current key after checking, by
     rerunning, that the current code reproduces them: every model among those records is refitted
@@ -394,13 +405,20 @@ def rekey_verified(
     The reruns are appended as records of their own; the moved records keep their original code
     version and name the commit they came from and the cells that verified them. For a change
     meant to leave every number as it was (a refactor, a new feature off the fitted path); it is
-    evidence on the tables rerun, not a proof for the others, and the records say which they were."""
+    evidence on the tables rerun, not a proof for the others, and the records say which they were.
+    ``models``: only these models' records are verified and moved (e.g. after a change of NPT's
+    defaults, SPIN's records alone can still be carried over)."""
     from semiparam.bench.measure import PRESENTATION_ONLY
 
     # the records carry the code hash the runner keys on: presentation-only modules left out
     commit, _, old_full = commit_code_hashes(commit, PRESENTATION_ONLY)
     records = read_records(jsonl)
-    old = [r for r in records if _made_by(r, old_full) and r.get("status") == "ok"]
+    chosen = set(models) if models is not None else None
+    old = [
+        r
+        for r in records
+        if _made_by(r, old_full) and r.get("status") == "ok" and (chosen is None or r["model"] in chosen)
+    ]
     if not old:
         raise SystemExit(f"no NPT/SPIN record in {jsonl} was made by the code of {commit}")
     checks: list[dict] = []
@@ -431,7 +449,11 @@ def rekey_verified(
         )
     verified = [f"{r['table']}/{r['model']}/{r['split']}" for r in checks]
     moved = move_records(
-        records, keys, old_full, {"rekeyed_from": [commit, old_full], "verified_by_rerun": verified}
+        records,
+        keys,
+        old_full,
+        {"rekeyed_from": [commit, old_full], "verified_by_rerun": verified},
+        models=chosen,
     )
     rewrite_records(jsonl, records)
     for r in checks:
@@ -858,8 +880,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--rekey-verified",
         metavar="COMMIT",
-        help="move NPT/SPIN records made by COMMIT's code to the current key after rerunning "
-        f"them on --tables (default {','.join(VERIFY_TABLES)}) and finding every metric equal",
+        help="move NPT/SPIN records (of --models, default all) made by COMMIT's code to the current "
+        f"key after rerunning them on --tables (default {','.join(VERIFY_TABLES)}) and finding "
+        "every metric equal",
     )
     args = parser.parse_args(argv)
     sets = parse_sets(args.set)
@@ -869,7 +892,10 @@ def main(argv: list[str] | None = None) -> int:
 
         torch.set_num_threads(ds.N_THREADS)
         tables = split_list(args.tables, ds.TABLES, "tables") if args.tables else VERIFY_TABLES
-        moved, left = rekey_verified(jsonl, KeyMaker(include_git=args.key_git), args.rekey_verified, tables)
+        models = split_list(args.models, ds.ALL_MODELS, "models") if args.models else None
+        moved, left = rekey_verified(
+            jsonl, KeyMaker(include_git=args.key_git), args.rekey_verified, tables, models=models
+        )
         print(f"rekeyed {jsonl} from {args.rekey_verified} after verifying {list(tables)}: {moved} records")
         return 0
     if args.rekey_from:

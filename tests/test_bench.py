@@ -292,3 +292,21 @@ def test_smoke_plan_end_to_end(tmp_path: Path) -> None:
     assert main(["bench", "smoke", "--out", str(tmp_path)]) == 0
     text = (tmp_path / "smoke.md").read_text()
     assert "Yacht" in text and (tmp_path / "smoke_metrics.png").exists()
+
+
+def test_expected_calibration_error():
+    from semiparam.bench.protocol import expected_calibration_error, score_predictions
+
+    rng = np.random.default_rng(0)
+    confidence = rng.uniform(0.5, 1.0, 200_000)
+    hits = rng.uniform(size=confidence.size) < confidence  # right as often as it says
+    assert expected_calibration_error(confidence, hits) < 0.01
+    # always 90% sure, right half the time: off by 0.4 in its one bin
+    assert expected_calibration_error(np.full(10, 0.9), np.arange(10) % 2 == 0) == pytest.approx(0.4)
+    # two bins: 0.6 sure and always right (0.4 off), 1.0 sure and always right (0 off), equal sizes
+    assert expected_calibration_error(np.array([0.6, 0.6, 1.0, 1.0]), np.ones(4, bool)) == pytest.approx(0.2)
+    with pytest.raises(ValueError, match="same"):
+        expected_calibration_error(np.ones(3), np.ones(2, bool))
+    proba = np.array([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]])
+    scores = score_predictions("binary", np.array(["a", "b", "b"]), proba, classes=["a", "b"])
+    assert scores["ece"] == pytest.approx((0.1 + 0.2 + 0.6) / 3)

@@ -20,13 +20,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.metrics import accuracy_score, log_loss, mean_absolute_error, mean_squared_error, roc_auc_score
+from sklearn.metrics import log_loss, mean_absolute_error, mean_squared_error, roc_auc_score
 from sklearn.model_selection import KFold, StratifiedKFold, train_test_split
 
 from ..data.datasets import Dataset
 
 PRIMARY_METRIC = {"binary": "auroc", "multiclass": "accuracy", "regression": "rmse"}
-HIGHER_IS_BETTER = {"auroc": True, "accuracy": True, "nll": False, "rmse": False, "mse": False, "mae": False}
+HIGHER_IS_BETTER = {
+    "auroc": True,
+    "accuracy": True,
+    "nll": False,
+    "ece": False,
+    "rmse": False,
+    "mse": False,
+    "mae": False,
+}
 
 
 @dataclass(frozen=True)
@@ -181,9 +189,11 @@ def score_predictions(
     proba = np.clip(proba, 1e-15, 1.0)
     proba = proba / proba.sum(axis=1, keepdims=True)
     predicted = np.asarray(labels, dtype=object)[proba.argmax(axis=1)]
+    correct = predicted.astype(str) == y.astype(str)
     out = {
-        "accuracy": float(accuracy_score(y.astype(str), predicted.astype(str))),
+        "accuracy": float(correct.mean()),
         "nll": float(log_loss([str(v) for v in y], proba, labels=[str(c) for c in labels])),
+        "ece": expected_calibration_error(proba.max(axis=1), correct),
     }
     if task == "binary":
         positive = (y.astype(str) == str(labels[1])).astype(int)
@@ -191,6 +201,20 @@ def score_predictions(
             float(roc_auc_score(positive, proba[:, 1])) if 0 < positive.sum() < len(y) else float("nan")
         )
     return out
+
+
+def expected_calibration_error(confidence: np.ndarray, correct: np.ndarray, n_bins: int = 15) -> float:
+    """Top-label expected calibration error (Guo et al. 2017): rows binned by the probability of
+    their predicted class into ``n_bins`` equal-width bins on [0, 1]; the mean over rows of
+    |accuracy - mean confidence| of their bin. 0 = the stated probabilities match the hit rate."""
+    confidence = np.asarray(confidence, dtype=np.float64)
+    correct = np.asarray(correct, dtype=np.float64)
+    if confidence.shape != correct.shape or confidence.ndim != 1 or not len(confidence):
+        raise ValueError("confidence and correct must be 1-D arrays of the same, non-zero length")
+    bins = np.minimum((confidence * n_bins).astype(np.int64), n_bins - 1)
+    count = np.bincount(bins, minlength=n_bins)
+    gap = np.bincount(bins, weights=correct - confidence, minlength=n_bins)
+    return float(np.abs(gap).sum() / count.sum())
 
 
 def mean_se(values: Sequence[float]) -> tuple[float, float | None]:

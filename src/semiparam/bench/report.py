@@ -28,6 +28,7 @@ METRIC_LABEL = {
     "auroc": "AUROC ↑",
     "accuracy": "accuracy (%) ↑",
     "nll": "NLL ↓",
+    "ece": "ECE ↓",
     "rmse": "RMSE ↓",
     "mse": "MSE ↓",
 }
@@ -44,7 +45,7 @@ def _fmt(value: float | None, metric: str, se: float | None = None) -> str:
     if value is None or (isinstance(value, float) and np.isnan(value)):
         return "–"
     scale = 100.0 if metric == "accuracy" else 1.0
-    digits = {"auroc": 3, "accuracy": 2, "nll": 3, "rmse": 2, "mse": 2, "mae": 2}.get(metric, 3)
+    digits = {"auroc": 3, "accuracy": 2, "nll": 3, "ece": 3, "rmse": 2, "mse": 2, "mae": 2}.get(metric, 3)
     text = f"{value * scale:.{digits}f}"
     if se is not None:
         text += f" ± {se * scale:.{digits}f}"
@@ -163,7 +164,7 @@ def results_section(results: dict[str, Any]) -> list[str]:
         metrics = (
             ["rmse", "mse"]
             if task == "regression"
-            else (["auroc", "accuracy", "nll"] if task == "binary" else ["accuracy", "nll"])
+            else (["auroc", "accuracy", "nll", "ece"] if task == "binary" else ["accuracy", "nll", "ece"])
         )
         header = (
             ["model"]

@@ -81,7 +81,8 @@ def _lookup(args: argparse.Namespace, frame: pd.DataFrame, name: str) -> dict[st
     X_train, X_test, y_train, y_test = train_test_split(
         X, y, test_size=args.test_fraction, random_state=args.seed
     )
-    model = cls(random_state=args.seed, device=args.device, verbose=not args.quiet)
+    # one model: the lookup task is a study of the mechanism, not of the ensemble
+    model = cls(n_estimators=1, random_state=args.seed, device=args.device, verbose=not args.quiet)
     return analyses.lookup_test(
         model,
         X_train.reset_index(drop=True),
