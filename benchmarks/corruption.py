@@ -36,7 +36,9 @@ TABLES = ("yacht", "boston", "breast_cancer")
 MODELS = {"npt": (NPTClassifier, NPTRegressor), "spin": (SPINClassifier, SPINRegressor)}
 
 
-def run_one(table: str, model: str, seed: int, analysis: str = "corruption") -> dict:
+def run_one(
+    table: str, model: str, seed: int, analysis: str = "corruption", lookup_steps: int | None = None
+) -> dict:
     data = datasets.load(table)
     X_train, X_test, y_train, y_test = train_test_split(
         data.X,
@@ -51,7 +53,7 @@ def run_one(table: str, model: str, seed: int, analysis: str = "corruption") -> 
     if analysis == "lookup":  # one model, trained on the lookup task by lookup_test
         start = time.perf_counter()
         result = lookup_test(
-            estimator.set_params(n_estimators=1),
+            estimator.set_params(n_estimators=1, max_steps=lookup_steps),
             X_train.reset_index(drop=True),
             y_train.to_numpy(),
             X_test.reset_index(drop=True),
@@ -79,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--analysis", default="corruption", choices=["corruption", "lookup"])
+    parser.add_argument(
+        "--lookup-steps", type=int, help="lookup: training steps (default: lookup_test's LOOKUP_STEPS)"
+    )
     parser.add_argument("--report-only", action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(2)
@@ -86,7 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     jsonl.parent.mkdir(parents=True, exist_ok=True)
     code = code_hash()
     records = [json.loads(line) for line in jsonl.read_text().splitlines()] if jsonl.exists() else []
-    current = {(r["table"], r["model"], r["seed"]): r for r in records if r.get("code_hash") == code}
+    current = {
+        (r["table"], r["model"], r["seed"]): r
+        for r in records
+        if r.get("code_hash") == code and r.get("lookup_steps") == args.lookup_steps
+    }
     command = " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])
     if not args.report_only:
         for table in args.tables.split(","):
@@ -95,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"[skip] {table} {model}: done at this code")
                     continue
                 print(f"[run ] {table} {model} ...", flush=True)
-                result = run_one(table, model, args.seed, args.analysis)
-                result.update(code_hash=code, command=command)
+                result = run_one(table, model, args.seed, args.analysis, args.lookup_steps)
+                result.update(code_hash=code, command=command, lookup_steps=args.lookup_steps)
                 with jsonl.open("a") as f:
                     f.write(json.dumps(result, default=float) + "\n")
                 current[(table, model, args.seed)] = result

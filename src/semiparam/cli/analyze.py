@@ -82,7 +82,13 @@ def _lookup(args: argparse.Namespace, frame: pd.DataFrame, name: str) -> dict[st
         X, y, test_size=args.test_fraction, random_state=args.seed
     )
     # one model: the lookup task is a study of the mechanism, not of the ensemble
-    model = cls(n_estimators=1, random_state=args.seed, device=args.device, verbose=not args.quiet)
+    model = cls(
+        n_estimators=1,
+        max_steps=args.steps,
+        random_state=args.seed,
+        device=args.device,
+        verbose=not args.quiet,
+    )
     return analyses.lookup_test(
         model,
         X_train.reset_index(drop=True),
@@ -213,6 +219,12 @@ def add_analyze_parsers(sub: Any) -> None:
     p.add_argument("--model", default="npt", choices=["npt", "spin"], help="lookup: the model trained")
     p.add_argument("--task", default="auto", choices=["auto", "classification", "regression"])
     p.add_argument("--test-fraction", type=float, default=0.2, help="lookup: rows held out as new rows")
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=8000,
+        help="lookup: training steps (the settings of benchmarks/results/lookup.md)",
+    )
     p.add_argument(
         "--real-labels",
         action="store_true",
