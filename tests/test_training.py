@@ -27,19 +27,25 @@ def _data(n=20000, missing_rate=0.1, seed=0):
     return values, missing
 
 
-def test_feature_masking_rate_and_bert_split():
-    values, missing = _data()
-    policy = MaskingPolicy(p_feature=0.15, p_target=1.0)
-    labelled = torch.ones(len(values), dtype=torch.bool)
-    m = mask_for_training(
+def _mask(values, missing, labelled, policy, seed, **kwargs):
+    """``mask_for_training`` on the test layout with a seeded generator."""
+    return mask_for_training(
         values,
         missing,
         target_columns=TARGETS,
         labelled_rows=labelled,
         cardinalities=CARDS,
         policy=policy,
-        generator=torch.Generator().manual_seed(1),
+        generator=torch.Generator().manual_seed(seed),
+        **kwargs,
     )
+
+
+def test_feature_masking_rate_and_bert_split():
+    values, missing = _data()
+    policy = MaskingPolicy(p_feature=0.15, p_target=1.0)
+    labelled = torch.ones(len(values), dtype=torch.bool)
+    m = _mask(values, missing, labelled, policy, 1)
     feature_cells = ~missing & ~TARGETS
     rate = m.score_feature[feature_cells].float().mean().item()
     assert abs(rate - 0.15) < 0.01
@@ -63,15 +69,7 @@ def test_stochastic_target_masking_keeps_other_labels_visible():
     values, missing = _data()
     labelled = torch.rand(len(values), generator=torch.Generator().manual_seed(3)) < 0.8
     policy = MaskingPolicy(p_feature=0.0, p_target=0.3)
-    m = mask_for_training(
-        values,
-        missing,
-        target_columns=TARGETS,
-        labelled_rows=labelled,
-        cardinalities=CARDS,
-        policy=policy,
-        generator=torch.Generator().manual_seed(2),
-    )
+    m = _mask(values, missing, labelled, policy, 2)
     candidates = labelled & ~missing[:, 3]
     assert abs(m.score_target[candidates, 3].float().mean().item() - 0.3) < 0.015
     visible = candidates & ~m.score_target[:, 3]
@@ -88,16 +86,7 @@ def test_revealed_rows_are_shown_whole_and_never_scored(p_target):
     labelled = torch.ones(len(values), dtype=torch.bool)
     revealed = torch.arange(len(values)) >= 2000  # the lookup task's copies
     policy = MaskingPolicy(p_feature=0.15, p_target=p_target)
-    m = mask_for_training(
-        values,
-        missing,
-        target_columns=TARGETS,
-        labelled_rows=labelled,
-        cardinalities=CARDS,
-        policy=policy,
-        generator=torch.Generator().manual_seed(4),
-        revealed_rows=revealed,
-    )
+    m = _mask(values, missing, labelled, policy, 4, revealed_rows=revealed)
     # copies: exactly their observed cells shown, unchanged, nothing scored
     torch.testing.assert_close(m.hidden[revealed], missing[revealed])
     shown = revealed.view(-1, 1) & ~missing
