@@ -2,9 +2,10 @@
 medium tables": 14 real tables of 300-2,500 rows, one seeded split each, and every model at its
 defaults (only ``random_state`` set), plus Optuna-tuned gradient boosting beside them.
 
-Research harness: it uses the public ``semiparam`` API only (estimators, ``semiparam.datasets`` and
-the timing helper ``semiparam.bench.measure``). ``benchmarks/tabular_defaults.py`` runs the grid and
-writes the report; ``benchmarks/tabular_study.py`` searches NPT/SPIN settings on the train rows.
+Research harness: it uses the public ``semiparam`` API only (estimators, ``semiparam.datasets``,
+the timing helper ``semiparam.bench.measure`` and the calibration error of
+``semiparam.bench.protocol``). ``benchmarks/tabular_defaults.py`` runs the grid and writes the
+report; ``benchmarks/tabular_study.py`` searches NPT/SPIN settings on the train rows.
 
 Tables (``TABLES``; rows after the subsample, 80% train / 20% test, stratified for classification):
 
@@ -449,17 +450,21 @@ def aligned_proba(proba: np.ndarray, classes: Iterable, n_classes: int) -> np.nd
 
 
 def score(task: str, y_true: np.ndarray, prediction: np.ndarray) -> dict[str, float]:
-    """Metrics of a prediction: regression values, or (n, K) class probabilities."""
+    """Metrics of a prediction: regression values, or (n, K) class probabilities (log loss,
+    accuracy, AUROC and the top-label expected calibration error)."""
     y_true = np.asarray(y_true)
     if task == "regression":
         pred = np.asarray(prediction, dtype=float).reshape(-1)
         return {"rmse": float(math.sqrt(mean_squared_error(y_true, pred)))}
+    from semiparam.bench.protocol import expected_calibration_error
+
     proba = np.clip(np.asarray(prediction, dtype=float), 1e-15, 1.0)
     proba = proba / proba.sum(axis=1, keepdims=True)
     k = proba.shape[1]
     out = {
         "log_loss": float(log_loss(y_true, proba, labels=list(range(k)))),
         "accuracy": float(accuracy_score(y_true, proba.argmax(axis=1))),
+        "ece": expected_calibration_error(proba.max(axis=1), proba.argmax(axis=1) == y_true),
     }
     try:
         if k == 2:

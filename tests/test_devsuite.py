@@ -72,6 +72,8 @@ def test_score_metrics():
     cls = ds.score("binary", [0, 1], [[0.8, 0.2], [0.3, 0.7]])
     assert math.isclose(cls["log_loss"], -(math.log(0.8) + math.log(0.7)) / 2)
     assert cls["accuracy"] == 1.0 and cls["auroc"] == 1.0
+    # both rows right, stated confidences 0.8 and 0.7: top-label ECE = mean gap = 0.25
+    assert math.isclose(cls["ece"], 0.25)
     proba = ds.aligned_proba([[0.4, 0.6]], classes=[0, 2], n_classes=3)
     assert proba.tolist() == [[0.4, 0.0, 0.6]]
 
@@ -100,7 +102,9 @@ def test_report_from_synthetic_jsonl(tmp_path):
         _record("boston", "npt", 3.0, history=history),
         _record("boston", "hgb", 3.5),
         _record("boston", "xgb", 3.5),
-        _record("oj", "npt", 0.40, primary="log_loss", history=history),
+        _record(
+            "oj", "npt", 0.40, primary="log_loss", history=history, metrics={"log_loss": 0.40, "ece": 0.0625}
+        ),
         _record("oj", "hgb", 0.45, primary="log_loss"),
         _record("oj", "xgb", 0.30, primary="log_loss"),
         _record("oj", "hgb_tuned", 0.35, primary="log_loss", tuning={"n_trials": 3, "best_params": {}}),
@@ -122,7 +126,16 @@ def test_report_from_synthetic_jsonl(tmp_path):
     assert "plateau" in md and "stale records ignored: 2" in md
     assert "| boston | rmse | **3.0" in md or "| boston | rmse | **3" in md
     assert "Ranks with the tuned gradient boosting" in md
+    ece = md.split("## Classification: expected calibration error")[1].split("##")[0]
+    assert "| oj | 0.0625 | – |" in ece  # hgb's record predates ECE
     json.dumps(agg, default=str)  # the aggregate is JSON
+
+
+def test_metrics_agree_allows_a_metric_added_since():
+    old = {"log_loss": 0.4, "accuracy": 0.8}
+    assert td.metrics_agree({"log_loss": 0.4, "accuracy": 0.8, "ece": 0.05}, old)
+    assert not td.metrics_agree({"log_loss": 0.4}, old)  # a recorded metric is missing
+    assert not td.metrics_agree({"log_loss": 0.41, "accuracy": 0.8, "ece": 0.05}, old)
 
 
 def test_latest_record_of_a_cell_wins():

@@ -222,8 +222,8 @@ def add_analyze_parsers(sub: Any) -> None:
     p.add_argument(
         "--steps",
         type=int,
-        default=8000,
-        help="lookup: training steps (the settings of benchmarks/results/lookup.md)",
+        default=None,
+        help="lookup: training steps (default: the lookup schedule's, as in benchmarks/results/lookup.md)",
     )
     p.add_argument(
         "--real-labels",

@@ -346,7 +346,7 @@ class TableLearner:
                 self.module,
                 self.schema.layout(),
                 self._target_mask(),
-                cfg.replace(p_target=1.0) if lookup else cfg,  # lookup: every original's label hidden
+                cfg,
                 callbacks=callbacks,
                 generator=generator,
             )
@@ -398,9 +398,8 @@ class TableLearner:
         # Training labels are visible context only if the model was trained to read them
         # (stochastic target masking, or the lookup task); with p_target = 1 the model never saw
         # a label as input.
-        cfg = self.train_config
-        reads_labels = cfg.p_target < 1.0 or cfg.training_task == "duplicate_lookup"
-        hide = torch.zeros_like(self._target_mask()) if reads_labels else self._target_mask()
+        reads = self.train_config.reads_context_labels
+        hide = torch.zeros_like(self._target_mask()) if reads else self._target_mask()
         return mask_for_inference(values, missing, hide_columns=hide)
 
     def inference_module(self) -> torch.nn.Module:
