@@ -773,6 +773,14 @@ def build_report(
                         if n_steps and h.get("best_step") is not None and h["best_step"] >= 0.9 * n_steps
                         else "no"
                     )
+                    if len(members) > 1:  # count every member, not member 0 alone
+                        late = sum(
+                            1
+                            for mem in members
+                            if mem.get("steps") and mem.get("best_step") is not None
+                            and mem["best_step"] >= 0.9 * mem["steps"]
+                        )  # fmt: skip
+                        last_10 = f"{late} of {len(members)}"
                     extra = {
                         k: v
                         for k, v in h.items()
@@ -805,9 +813,11 @@ def build_report(
         md += [
             "",
             '"plateau, annealed": the smoothed validation loss stopped improving, then the learning '
-            "rate was annealed over a quarter of the steps run (the adaptive schedule), so the best "
-            'checkpoint usually falls in that anneal; "max_steps" or "time_budget" would mean the '
-            "fit was cut off.",
+            "rate was annealed over a share of the steps run (the adaptive schedule's "
+            "`anneal_fraction`: half for NPT, a quarter for SPIN), so the best checkpoint usually "
+            'falls in that anneal; "max_steps" or "time_budget" would mean the fit was cut off. '
+            'Best step and steps run are member 0\'s; "best in last 10%" counts the members whose '
+            "best checkpoint came in the last tenth of their run.",
             "",
         ]
 

@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/tabular_study.py --trials 40                  # NPT, the small tables
     .venv/bin/python benchmarks/tabular_study.py --model spin --timeout 3600
     .venv/bin/python benchmarks/tabular_study.py --tables boston,oj,titanic --trials 20
+    .venv/bin/python benchmarks/tabular_study.py --members 1 --trials 12         # single-model settings
     .venv/bin/python benchmarks/tabular_study.py --report-only               # rebuild the report
 
 Optuna TPE (seeded) over estimator overrides (``SEARCH_SPACE`` below: edit it there). Each trial
@@ -135,9 +136,12 @@ def evaluate(model: str, table: str, overrides: dict[str, Any]) -> dict[str, Any
     return out
 
 
-def reference_scores(study: Any, tables: list[str], model: str) -> dict[str, Any]:
-    """HGB-default inner scores (the normaliser) and the model's current defaults, computed once
-    per table and kept in the study's user attributes."""
+def reference_scores(
+    study: Any, tables: list[str], model: str, fixed: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """HGB-default inner scores (the normaliser) and the model's current defaults (with the
+    study's ``fixed`` overrides, e.g. one ensemble member), computed once per table and kept in
+    the study's user attributes."""
     code = ds.code_version()["src_sha256"]
     hgb = dict(study.user_attrs.get("hgb", {}))
     for t in tables:
@@ -149,19 +153,25 @@ def reference_scores(study: Any, tables: list[str], model: str) -> dict[str, Any
         defaults = {"src_sha256": code}
     for t in tables:
         if t not in defaults:
-            r = evaluate(model, t, {})
+            r = evaluate(model, t, dict(fixed or {}))
             r["ratio"] = r["score"] / hgb[t]["score"]
             defaults[t] = r
     study.set_user_attr("defaults", defaults)
     return hgb
 
 
-def make_objective(model: str, tables: list[str], hgb: dict[str, Any], space: dict[str, tuple]):
+def make_objective(
+    model: str,
+    tables: list[str],
+    hgb: dict[str, Any],
+    space: dict[str, tuple],
+    fixed: dict[str, Any] | None = None,
+):
     code = ds.code_version()["src_sha256"]
 
     def objective(trial: Any) -> float:
         params = sample(trial, space)
-        overrides = to_overrides(params)
+        overrides = {**(fixed or {}), **to_overrides(params)}
         ratios, fit_seconds, detail = {}, {}, {}
         for t in tables:
             r = evaluate(model, t, overrides)
@@ -287,6 +297,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument("--code", help="rank the trials made with this src hash (default: the current tree)")
+    parser.add_argument(
+        "--members",
+        type=int,
+        help="ensemble members of every fit (default: the estimator's); a study of single-model "
+        "settings with --members 1 costs a third of one at the default three",
+    )
     args = parser.parse_args(argv)
 
     import optuna
@@ -302,7 +318,10 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [t for t in tables if t not in ds.TABLES]
     if unknown:
         raise SystemExit(f"unknown tables {unknown}; choose from {list(ds.TABLES)}")
+    fixed = {"n_estimators": args.members} if args.members is not None else {}
     study_name = f"{args.model}:{','.join(sorted(tables))}"
+    if fixed:
+        study_name += f":members={args.members}"
     study = optuna.create_study(
         study_name=study_name,
         storage=storage,
@@ -321,10 +340,10 @@ def main(argv: list[str] | None = None) -> int:
         study.set_user_attr("space", {k: list(v) for k, v in space.items()})
         study.set_user_attr("machine", ds.machine())
         start = time.perf_counter()
-        hgb = reference_scores(study, tables, args.model)
+        hgb = reference_scores(study, tables, args.model, fixed)
         print(f"references done in {time.perf_counter() - start:.0f}s")
         study.optimize(
-            make_objective(args.model, tables, hgb, space),
+            make_objective(args.model, tables, hgb, space, fixed),
             n_trials=args.trials,
             timeout=args.timeout,
             catch=(Exception,),
