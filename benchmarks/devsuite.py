@@ -461,10 +461,11 @@ def score(task: str, y_true: np.ndarray, prediction: np.ndarray) -> dict[str, fl
     proba = np.clip(np.asarray(prediction, dtype=float), 1e-15, 1.0)
     proba = proba / proba.sum(axis=1, keepdims=True)
     k = proba.shape[1]
+    predicted = proba.argmax(axis=1)
     out = {
         "log_loss": float(log_loss(y_true, proba, labels=list(range(k)))),
-        "accuracy": float(accuracy_score(y_true, proba.argmax(axis=1))),
-        "ece": expected_calibration_error(proba.max(axis=1), proba.argmax(axis=1) == y_true),
+        "accuracy": float(accuracy_score(y_true, predicted)),
+        "ece": expected_calibration_error(proba.max(axis=1), predicted == y_true),
     }
     try:
         if k == 2:

@@ -475,6 +475,11 @@ def latest_per_cell(records: Iterable[Mapping[str, Any]]) -> dict[tuple, Mapping
     return out
 
 
+def _best_in_last_tenth(best_step: int | None, n_steps: int | None) -> bool:
+    """Whether a fit's best checkpoint came in the last tenth of its steps (it was cut short)."""
+    return bool(n_steps) and best_step is not None and best_step >= 0.9 * n_steps
+
+
 def _fmt(x: Any, digits: int = 4) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "–"
@@ -768,18 +773,9 @@ def build_report(
                     n_steps = h.get("n_steps", h.get("len_steps", members[0].get("steps")))
                     # an ensemble's history: member 0 speaks for the fit; the others are in the JSON
                     h = {**h, "best_val_loss": h.get("best_val_loss", members[0].get("best_val_loss"))}
-                    last_10 = (
-                        "yes"
-                        if n_steps and h.get("best_step") is not None and h["best_step"] >= 0.9 * n_steps
-                        else "no"
-                    )
+                    last_10 = "yes" if _best_in_last_tenth(h.get("best_step"), n_steps) else "no"
                     if len(members) > 1:  # count every member, not member 0 alone
-                        late = sum(
-                            1
-                            for mem in members
-                            if mem.get("steps") and mem.get("best_step") is not None
-                            and mem["best_step"] >= 0.9 * mem["steps"]
-                        )  # fmt: skip
+                        late = sum(_best_in_last_tenth(x.get("best_step"), x.get("steps")) for x in members)
                         last_10 = f"{late} of {len(members)}"
                     extra = {
                         k: v
