@@ -174,15 +174,23 @@ def run_one(model: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
         "--mem-cap-gib",
         str(args.mem_cap_gib),
     ]
+    return run_worker(cmd, {"model": model, "n": n}, args.timeout, args.mem_cap_gib)
+
+
+def run_worker(
+    cmd: list[str], identity: dict[str, Any], timeout: float, mem_cap_gib: float
+) -> dict[str, Any]:
+    """Run a worker process that prints ``{"partial": ...}`` lines per step and its result as the
+    last JSON line; return that result, or a ``timeout`` (with the steps finished before the
+    limit), ``oom`` or ``error`` record carrying ``identity``."""
     start = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, cwd=ROOT)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     except subprocess.TimeoutExpired as exc:
         row: dict[str, Any] = {
-            "model": model,
-            "n": n,
+            **identity,
             "status": "timeout",
-            "limit_seconds": args.timeout,
+            "limit_seconds": timeout,
             "wall_seconds": time.perf_counter() - start,
         }
         text = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
@@ -202,11 +210,10 @@ def run_one(model: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
     tail = err[-1] if err else f"exit code {proc.returncode}"
     oom = any(s in proc.stderr for s in ("can't allocate memory", "MemoryError", "out of memory"))
     return {
-        "model": model,
-        "n": n,
+        **identity,
         "status": "oom" if oom else "error",
         "error": tail[-300:],
-        "mem_cap_gib": args.mem_cap_gib,
+        "mem_cap_gib": mem_cap_gib,
         "wall_seconds": wall,
     }
 

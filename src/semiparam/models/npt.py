@@ -23,14 +23,17 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from .._config import ConfigError, FrozenConfig
-from ..nn.attention import MAB
+from .._config import ConfigError
+from ..nn.attention import MAB, run_block
 from ..nn.columns import ColumnEmbedding, ColumnHeads, ColumnLayout, ColumnOutputs
+from .attention_settings import AttentionSettings
 
 
 @dataclass(frozen=True)
-class NPTConfig(FrozenConfig):
-    """Architecture of an NPT. Presets: :meth:`cpu` (default), :meth:`paper_small`, :meth:`paper_base`."""
+class NPTConfig(AttentionSettings):
+    """Architecture of an NPT. Presets: :meth:`cpu` (default), :meth:`paper_small`, :meth:`paper_base`.
+    The attention backends (``row_attention`` for ABD, ``column_attention`` for ABA) and
+    activation checkpointing are set through the fields of :class:`AttentionSettings`."""
 
     d_embedding: int = 16  # e, per-attribute width; ABD width is n_columns * e
     n_blocks: int = 4  # ABD and ABA blocks counted together (paper's "layers"), even
@@ -67,6 +70,7 @@ class NPTConfig(FrozenConfig):
             p = getattr(self, name)
             if not 0.0 <= p < 1.0:
                 raise ConfigError(f"{name} must be in [0, 1), got {p}")
+        self.validate_attention(self.attention_dropout)
 
     @classmethod
     def cpu(cls) -> NPTConfig:
@@ -114,6 +118,7 @@ class AttentionBetweenDatapoints(nn.Module):
             attention_dropout=config.attention_dropout,
             scale=config.attention_scale,
             normalize_kv=config.normalize_kv,
+            **config.attention_kwargs("row"),
         )
 
     def forward(self, h: Tensor, attn_mask: Tensor | None = None) -> Tensor:
@@ -144,6 +149,7 @@ class AttentionBetweenAttributes(nn.Module):
             attention_dropout=config.attention_dropout,
             scale=config.attention_scale,
             normalize_kv=config.normalize_kv,
+            **config.attention_kwargs("column"),
         )
 
     def forward(self, h: Tensor) -> Tensor:
@@ -194,7 +200,8 @@ class NPT(nn.Module):
             eye = torch.eye(n, dtype=torch.bool, device=values.device)
             mask = (~is_query).unsqueeze(0) | eye  # (n_q_rows, n_kv_rows): keys = context or self
         for block in self.blocks:
-            h = block(h, mask) if isinstance(block, AttentionBetweenDatapoints) else block(h)
+            args = (h, mask) if isinstance(block, AttentionBetweenDatapoints) else (h,)
+            h = run_block(block, *args, checkpointed=self.config.checkpoint_blocks and self.training)
         return self.heads(h)
 
     @torch.no_grad()

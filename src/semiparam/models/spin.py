@@ -35,16 +35,19 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from .._config import ConfigError, FrozenConfig
-from ..nn.attention import MAB
+from .._config import ConfigError
+from ..nn.attention import MAB, run_block
 from ..nn.columns import ColumnEmbedding, ColumnHeads, ColumnLayout, ColumnOutputs
 from ..nn.streaming import StreamingCrossAttention
+from .attention_settings import AttentionSettings
 
 
 @dataclass(frozen=True)
-class SPINConfig(FrozenConfig):
+class SPINConfig(AttentionSettings):
     """Architecture of a SPIN. Presets (:meth:`preset`): ``cpu`` (default), ``small`` / ``base``
-    (the paper's UCI settings for small / large tables), ``spin16`` / ``spin64`` (genomics)."""
+    (the paper's UCI settings for small / large tables), ``spin16`` / ``spin64`` (genomics).
+    ``row_attention`` is the backend of XABD (inducing points over the rows); ``column_attention``
+    that of XABA, ABLA and the predictor (see :class:`AttentionSettings`)."""
 
     d_embedding: int = 16  # e, per-attribute width
     n_inducing_points: int = 10  # h, rows of H_D (paper code: num_inds_I)
@@ -86,6 +89,7 @@ class SPINConfig(FrozenConfig):
                 raise ConfigError(f"{name} must be in [0, 1), got {p}")
         if self.encode_chunk_rows < 1:
             raise ConfigError(f"encode_chunk_rows must be >= 1, got {self.encode_chunk_rows}")
+        self.validate_attention(self.attention_dropout)
 
     @classmethod
     def cpu(cls) -> SPINConfig:
@@ -155,9 +159,10 @@ class SPINLayer(nn.Module):
             scale=config.attention_scale,
             normalize_kv=config.normalize_kv,
         )
-        self.xaba = MAB(e, config.n_heads, cross=True, **common) if config.use_xaba else None
-        self.xabd = MAB(n_latents * e, config.n_heads, cross=True, **common)
-        self.abla = MAB(e, config.n_heads, **common) if with_abla else None
+        rows, columns = config.attention_kwargs("row"), config.attention_kwargs("column")
+        self.xaba = MAB(e, config.n_heads, cross=True, **common, **columns) if config.use_xaba else None
+        self.xabd = MAB(n_latents * e, config.n_heads, cross=True, **common, **rows)
+        self.abla = MAB(e, config.n_heads, **common, **columns) if with_abla else None
 
     def rows_before_xabd(self, h_a: Tensor, d_emb: Tensor) -> Tensor:
         """XABA: ``H_A (n, f, e)`` attends to the row's own cells ``D (n, d, e)``; batch = rows."""
@@ -221,6 +226,7 @@ class SPIN(nn.Module):
             normalize_kv=config.normalize_kv,
             cross=True,
             kv_width=self.n_latents * e,
+            **config.attention_kwargs("column"),
         )
         self.heads = ColumnHeads(layout, e, gaussian=config.gaussian_head, dropout=config.dropout)
 
@@ -253,10 +259,11 @@ class SPIN(nn.Module):
             raise ValueError("SPIN needs at least one context row to encode")
         h_a = self._initial_rows(d_emb)  # (n, f, e)
         h_d = self.inducing_points  # (1, h, f*e)
+        ckpt = self.config.checkpoint_blocks and self.training
         for layer in self.layers:
-            h_a = layer.rows_before_xabd(h_a, d_emb)
-            h_d = layer.inducing(h_d, h_a)
-            h_a = layer.rows_after_xabd(h_a)
+            h_a = run_block(layer.rows_before_xabd, h_a, d_emb, checkpointed=ckpt)
+            h_d = run_block(layer.inducing, h_d, h_a, checkpointed=ckpt)
+            h_a = run_block(layer.rows_after_xabd, h_a, checkpointed=ckpt)
         return h_d
 
     def _predict(self, d_emb: Tensor, h_d: Tensor) -> ColumnOutputs:
@@ -292,7 +299,9 @@ class SPIN(nn.Module):
             raise ValueError(f"chunk_rows must be >= 1, got {chunk}")
         if n == 0:
             raise ValueError("SPIN needs at least one context row to encode")
-        if n <= chunk:
+        # streaming is exact softmax attention; an approximate XABD backend encodes in one pass
+        # (its memory is linear in n anyway), so that prediction reads what training computed
+        if n <= chunk or not all(layer.xabd.attention.backend.exact for layer in self.layers):
             return self._encode_embedded(self._embed(values, hidden))
         h_d = self.inducing_points
         for index, layer in enumerate(self.layers):

@@ -8,21 +8,24 @@ called as ``mab(queries, keys_values)``. The block is the pre-LayerNorm variant 
     Res(H) = H W_res + Dropout(MHAtt(LN(H), LN(Y)))        # learned projection on the residual
     MAB(H) = Res(H) + rFF(LN(Res(H)))                       # rFF = Linear(4w) GELU Dropout Linear Dropout
 
-Attention itself goes through :func:`torch.nn.functional.scaled_dot_product_attention`, which picks
-a memory-efficient kernel (memory linear in the sequence length) whenever it is allowed to: no
-dropout on the attention weights and no explicit mask. Attention-weight dropout, which the paper
-uses, forces PyTorch's quadratic "math" path on the CPU. We therefore apply it only while
-training and only when ``attention_dropout > 0``; the CPU preset sets it to 0 (see ``NPTConfig``).
+Attention itself is computed by an attention backend (``nn.backends``): by default PyTorch's
+:func:`torch.nn.functional.scaled_dot_product_attention`, which picks a memory-efficient kernel
+(memory linear in the sequence length) whenever it is allowed to; with attention-weight dropout
+(the paper's, applied only while training and only when ``attention_dropout > 0``) the same
+attention is computed exactly in chunks of queries instead of PyTorch's quadratic "math" path.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Literal
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
+
+from .backends import AttentionBackend, make_backend, paired_weights
 
 AttentionScale = Literal["full", "per_head"]
 
@@ -40,11 +43,21 @@ def attention_scale(width: int, n_heads: int, scale: AttentionScale) -> float:
     raise ValueError(f"attention scale must be 'full' or 'per_head', got {scale!r}")
 
 
+def run_block(block: Callable[..., Tensor], *args: Any, checkpointed: bool = False) -> Tensor:
+    """``block(*args)``; with ``checkpointed`` (and gradients on) its activations are recomputed
+    in the backward pass instead of stored (spec-weng F11), with the random state restored so that
+    dropout draws the same masks: the same gradients as the plain call."""
+    if checkpointed and torch.is_grad_enabled():
+        return checkpoint(block, *args, use_reentrant=False)
+    return block(*args)
+
+
 class MultiheadAttention(nn.Module):
     """Queries attend to keys/values: ``(B, n_q, w) x (B, n_kv, w_kv) -> (B, n_q, w)``.
 
     Q is ``Linear(w, w)``, K and V are ``Linear(w_kv, w)`` (``w_kv = kv_width``, default ``w``),
-    each split into heads; ``out`` mixes the heads (W^O).
+    each split into heads; ``out`` mixes the heads (W^O). ``backend`` names the attention backend
+    (``nn.backends``; default PyTorch's fused attention), ``backend_options`` its options.
     """
 
     def __init__(
@@ -55,6 +68,8 @@ class MultiheadAttention(nn.Module):
         attention_dropout: float = 0.0,
         scale: AttentionScale = "full",
         kv_width: int | None = None,
+        backend: str = "sdpa",
+        backend_options: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         if width % n_heads != 0:
@@ -62,6 +77,12 @@ class MultiheadAttention(nn.Module):
         self.width = width
         self.n_heads = n_heads
         self.attention_dropout = attention_dropout
+        self.backend: AttentionBackend = make_backend(backend, width // n_heads, **(backend_options or {}))
+        if attention_dropout > 0 and not self.backend.attention_dropout:
+            raise ValueError(
+                f"the {backend!r} attention backend does not apply attention dropout; "
+                "set attention_dropout=0 or choose another backend"
+            )
         self.scale = attention_scale(width, n_heads, scale)
         self.q = nn.Linear(width, width)
         self.k = nn.Linear(kv_width or width, width)
@@ -124,28 +145,18 @@ class MultiheadAttention(nn.Module):
             k = k.expand(q.shape[0], -1, -1, -1)
             v = v.expand(q.shape[0], -1, -1, -1)
         dropout_p = self.attention_dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=self.scale
-        )  # (B, heads, n_q, w / heads)
-        b, _, n_q, _ = y.shape
+        y = self.backend(q, k, v, scale=self.scale, attn_mask=attn_mask, dropout_p=dropout_p)
+        b, _, n_q, _ = y.shape  # y: (B, heads, n_q, w / heads)
         y = y.transpose(1, 2).reshape(b, n_q, self.width)
         return self.out(y)
 
     def _paired(self, q: Tensor, prefix: tuple[Tensor, Tensor], k_self: Tensor, v_self: Tensor) -> Tensor:
-        """Each query attends to the shared prefix and to its own key only.
-
-        Written out rather than through a mask so that every query's softmax is reduced in the same
-        order whatever its position: a row's prediction is then bit-for-bit independent of which
-        rows share its batch. Memory is (B, heads, n_q, n_prefix), bounded by the query batch size.
-        """
+        """Each query attends to the shared prefix and to its own key only (the backend's
+        :meth:`~semiparam.nn.backends.AttentionBackend.paired`)."""
         k_ctx, v_ctx = prefix  # (1 or B, heads, n_ctx, dh)
-        logits_ctx = torch.matmul(q, k_ctx.transpose(-1, -2)) * self.scale  # (B, heads, n_q, n_ctx)
-        logit_self = (q * k_self).sum(-1, keepdim=True) * self.scale  # (B, heads, n_q, 1)
-        weights = torch.softmax(torch.cat([logits_ctx, logit_self], dim=-1), dim=-1)
-        if self.training and self.attention_dropout > 0:
-            weights = F.dropout(weights, self.attention_dropout)
-        y = torch.matmul(weights[..., :-1], v_ctx) + weights[..., -1:] * v_self  # (B, heads, n_q, dh)
-        b, _, n_q, _ = y.shape
+        dropout_p = self.attention_dropout if self.training else 0.0
+        y = self.backend.paired(q, k_ctx, v_ctx, k_self, v_self, scale=self.scale, dropout_p=dropout_p)
+        b, _, n_q, _ = y.shape  # y: (B, heads, n_q, dh)
         return y.transpose(1, 2).reshape(b, n_q, self.width)
 
 
@@ -172,6 +183,8 @@ class MAB(nn.Module):
         ff_multiplier: int = 4,
         layer_norm_eps: float = 1e-12,
         kv_width: int | None = None,
+        backend: str = "sdpa",
+        backend_options: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         if kv_width is not None and kv_width != width and not cross:
@@ -181,7 +194,13 @@ class MAB(nn.Module):
         self.norm_q = nn.LayerNorm(width, eps=layer_norm_eps)
         self.norm_kv = nn.LayerNorm(kv_width or width, eps=layer_norm_eps) if cross else None
         self.attention = MultiheadAttention(
-            width, n_heads, attention_dropout=attention_dropout, scale=scale, kv_width=kv_width
+            width,
+            n_heads,
+            attention_dropout=attention_dropout,
+            scale=scale,
+            kv_width=kv_width,
+            backend=backend,
+            backend_options=backend_options,
         )
         self.residual = nn.Linear(width, width)  # W^res: a learned projection, not an identity
         self.dropout = nn.Dropout(dropout)
@@ -237,10 +256,7 @@ class MAB(nn.Module):
         prefix keys and then itself: ``(B, heads, n_q, n_prefix + 1)``."""
         q = self.query_heads(x)
         k_self, _ = self.attention.project_kv(self.norm_q(x) if self.normalize_kv else x)
-        scale = self.attention.scale
-        logits_ctx = torch.matmul(q, prefix_kv[0].transpose(-1, -2)) * scale
-        logit_self = (q * k_self).sum(-1, keepdim=True) * scale
-        return torch.softmax(torch.cat([logits_ctx, logit_self], dim=-1), dim=-1)
+        return paired_weights(q, prefix_kv[0], k_self, self.attention.scale)
 
     def forward(
         self,

@@ -1,0 +1,327 @@
+"""Cost of one training step per model, attention backend and table size, against the machine's
+matmul rate measured in the same process.
+
+    python benchmarks/step_cost.py                                   # cpu widths, 1k-64k rows
+    python benchmarks/step_cost.py --widths official --sizes 4096,8192 --models npt --backends sdpa
+    python benchmarks/step_cost.py --sizes 1000,2000 --steps 2 --out /tmp/step_cost
+    python benchmarks/step_cost.py --report-only                     # rebuild the report
+
+For each (model, backend, n) a fresh Python process (so that its peak RSS is its own) builds the
+model with ``row_attention=backend`` (``semiparam.nn.backends``; ``sdpa+dropout`` is the default
+backend with the paper's attention dropout 0.1, which its fused kernels do not support), and
+trains on **one batch of n Protein rows** (``benchmarks/scaling.py`` builds the table: real rows,
+then jittered resamples past 45,730): one warm-up step, then ``--steps`` timed steps. Recorded:
+wall and CPU seconds per step (median), the step's floating-point operations counted by PyTorch's
+``FlopCounterMode`` over one extra step (matrix products and the attention kernels it knows;
+element-wise work is not counted), the fp32 matmul rate of the same process (best of several
+2048 x 2048 products on the same threads), and the achieved fraction ``FLOPs / step seconds /
+matmul rate``. Memory: peak resident set size minus the baseline before the model was built;
+each worker runs under an address-space cap (``--mem-cap-gib``, default 16), so the largest n that
+trains under the cap is the largest ``ok`` row of a backend. A worker past ``--timeout`` seconds
+is recorded as ``timeout``; after a failure a backend's larger sizes are ``skipped``.
+
+Widths: ``cpu`` = each model's cpu preset (NPT e=16, 4 blocks, 4 heads; SPIN e=16, h=f=10,
+2 layers); ``official`` = the reference implementations' Protein widths (NPT e=64, 8 heads,
+8 blocks; SPIN 4 layers, h=f=10), those of the issue's table.
+
+Results go to ``<out>/step_cost.jsonl`` line by line (a stopped run resumes: rows of the same
+code, widths, threads and steps are kept), then ``step_cost.json``, ``step_cost.md`` and
+``step_cost.png`` (seconds and memory against n, log-log, one line per model and backend).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import scaling
+
+from semiparam.bench.measure import code_hash
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+DEFAULT_SIZES = (1000, 2000, 4000, 8000, 16000, 32000, 64000)
+DEFAULT_BACKENDS = ("sdpa", "sdpa+dropout", "chunked", "performer", "topk")
+WIDTHS: dict[str, dict[str, dict[str, Any]]] = {
+    "cpu": {"npt": {}, "spin": {}},
+    "official": {
+        "npt": {"d_embedding": 64, "n_heads": 8, "n_blocks": 8, "max_row_width": None},
+        "spin": {"n_layers": 4, "n_inducing_points": 10, "n_latent_attributes": 10},
+    },
+}
+MATMUL_SIZE = 2048
+
+
+def matmul_rate(threads: int, seconds: float = 1.0) -> float:
+    """Best fp32 GFLOP/s of ``MATMUL_SIZE``-square products on ``threads`` threads."""
+    import torch
+
+    torch.set_num_threads(threads)
+    a = torch.randn(MATMUL_SIZE, MATMUL_SIZE)
+    b = torch.randn(MATMUL_SIZE, MATMUL_SIZE)
+    torch.mm(a, b)  # warm-up
+    best = float("inf")
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * MATMUL_SIZE**3 / best / 1e9
+
+
+def model_options(model: str, backend: str, widths: str) -> dict[str, Any]:
+    name, _, variant = backend.partition("+")
+    options = {**WIDTHS[widths][model], "row_attention": name}
+    if variant == "dropout":
+        options["attention_dropout"] = 0.1
+    elif variant:
+        raise SystemExit(f"unknown backend variant {backend!r} (only '+dropout')")
+    return options
+
+
+def worker(
+    model_name: str, backend: str, n: int, steps: int, threads: int, widths: str, seed: int
+) -> dict[str, Any]:
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from semiparam import TrainConfig
+    from semiparam.bench import Batch, Trainer, get_model
+
+    rate = matmul_rate(threads)
+    (values_np, missing_np, schema), n_synthetic = scaling._table(n, seed)
+    result: dict[str, Any] = {
+        "model": model_name,
+        "backend": backend,
+        "n": n,
+        "n_synthetic": n_synthetic,
+        "matmul_gflops": rate,
+        "baseline_rss_gib": scaling._rss_gib(),
+    }
+    torch.manual_seed(seed)
+    config_cls, module_cls = get_model(model_name)
+    options = model_options(model_name, backend, widths)
+    config = config_cls.from_dict(options, base=config_cls.preset("cpu"))
+    layout = schema.layout()
+    module = module_cls(config, layout)
+    result["model_options"] = options
+    result["n_params"] = sum(p.numel() for p in module.parameters())
+    train_config = TrainConfig.preset("cpu", model=model_name).replace(max_steps=steps + 2, batch_size=n)
+    target = torch.zeros(layout.n_columns, dtype=torch.bool)
+    target[schema.target_indices] = True
+    trainer = Trainer(module, layout, target, train_config, generator=torch.Generator().manual_seed(seed))
+    batch = Batch(torch.as_tensor(values_np), torch.as_tensor(missing_np), torch.ones(n, dtype=torch.bool))
+    wall: list[float] = []
+    cpu: list[float] = []
+    for step in range(steps + 1):
+        t0, c0 = time.perf_counter(), time.process_time()
+        trainer.train_step(batch, step)
+        seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
+        if step > 0:  # step 0 warms up the allocator and kernels
+            wall.append(seconds)
+            cpu.append(cpu_seconds)
+        partial = {"partial": True, "step": step, "seconds": seconds, "cpu_seconds": cpu_seconds}
+        print(json.dumps({**partial, "peak_rss_gib": scaling._rss_gib()}), flush=True)
+    result["peak_rss_gib"] = scaling._rss_gib()
+    result["step_rss_gib"] = result["peak_rss_gib"] - result["baseline_rss_gib"]
+    counter = FlopCounterMode(display=False)
+    with counter:
+        trainer.train_step(batch, steps + 1)
+    result["flops_per_step"] = int(counter.get_total_flops())
+    result["step_seconds"] = wall
+    result["step_cpu_seconds"] = cpu
+    median = sorted(wall)[len(wall) // 2]
+    result["step_seconds_median"] = median
+    result["step_cpu_seconds_median"] = sorted(cpu)[len(cpu) // 2]
+    result["achieved_gflops"] = result["flops_per_step"] / median / 1e9
+    result["fraction_of_matmul_rate"] = result["achieved_gflops"] / rate
+    result["status"] = "ok"
+    return result
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut off by a kill
+            continue
+    return rows
+
+
+def _cell(row: dict[str, Any] | None) -> str:
+    if row is None:
+        return "–"
+    if row["status"] != "ok":
+        return row["status"]
+    return (
+        f"{row['step_seconds_median']:.2f} s, {row['step_rss_gib']:.2f} GiB, "
+        f"{row['fraction_of_matmul_rate']:.0%}"
+    )
+
+
+def _ok_rows(rows: list[dict[str, Any]], model: str, backend: str) -> list[dict[str, Any]]:
+    ok = [r for r in rows if (r["model"], r["backend"]) == (model, backend) and r["status"] == "ok"]
+    return sorted(ok, key=lambda r: r["n"])
+
+
+def write_report(rows: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> None:
+    combos = sorted({(r["model"], r["backend"]) for r in rows})
+    sizes = sorted({r["n"] for r in rows})
+    rate = [r["matmul_gflops"] for r in rows if r.get("matmul_gflops")]
+    lines = [
+        "# Cost of a training step by model, attention backend and n",
+        "",
+        "Generated by `benchmarks/step_cost.py` from `step_cost.jsonl`. One batch of n Protein rows per "
+        f"step, widths `{meta['widths']}`, {meta['threads']} thread(s), median of {meta['steps']} timed "
+        f"steps after a warm-up. Machine: `{json.dumps(meta['machine'], sort_keys=True)}`. Code: "
+        f"`{meta['code']}`. Command: `{meta['command']}`.",
+        "",
+        "The fp32 matmul rate measured in the same processes: "
+        + (f"{min(rate):.1f}-{max(rate):.1f} GFLOP/s." if rate else "–"),
+        "",
+        "Each cell: wall seconds per step, step memory (peak RSS minus the baseline before the model "
+        "was built), achieved share of the matmul rate (FLOPs counted by PyTorch's FlopCounterMode "
+        f"/ seconds / rate). Memory cap per worker {meta['mem_cap_gib']} GiB.",
+        "",
+        "| n | " + " | ".join(f"{m} {b}" for m, b in combos) + " |",
+        "|---|" + "---|" * len(combos),
+    ]
+
+    def row_of(m: str, b: str, n: int) -> dict[str, Any] | None:
+        return next((r for r in rows if (r["model"], r["backend"], r["n"]) == (m, b, n)), None)
+
+    for n in sizes:
+        lines.append(f"| {n:,} | " + " | ".join(_cell(row_of(m, b, n)) for m, b in combos) + " |")
+    lines += ["", "## Largest n under the memory cap, and memory growth", ""]
+    lines += [
+        "| model | backend | largest n trained | memory ~ n^k (fit over n >= 4,000) |",
+        "|---|---|---|---|",
+    ]
+    for m, b in combos:
+        ok = _ok_rows(rows, m, b)
+        largest = f"{ok[-1]['n']:,}" if ok else "–"
+        k = scaling.fitted_exponent([r["n"] for r in ok], [r["step_rss_gib"] for r in ok])
+        lines.append(f"| {m} | {b} | {largest} | {k:.2f} |")
+    (out / "step_cost.md").write_text("\n".join(lines) + "\n")
+    (out / "step_cost.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=str))
+    plot(rows, combos, out / "step_cost.png")
+
+
+def plot(rows: list[dict[str, Any]], combos: list[tuple[str, str]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
+    for ax, key, title in (
+        (axes[0], "step_seconds_median", "wall seconds per training step"),
+        (axes[1], "step_rss_gib", "step memory: peak RSS - baseline (GiB)"),
+    ):
+        for m, b in combos:
+            ok = _ok_rows(rows, m, b)
+            if ok:
+                ax.plot([r["n"] for r in ok], [max(r[key], 1e-3) for r in ok], "o-", label=f"{m} {b}")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("rows n (one batch)")
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def worker_command(args: argparse.Namespace, model: str, backend: str, n: int) -> list[str]:
+    options = {
+        "--steps": args.steps,
+        "--threads": args.threads,
+        "--widths": args.widths,
+        "--mem-cap-gib": args.mem_cap_gib,
+        "--seed": args.seed,
+    }
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", model, backend, str(n)]
+    for flag, value in options.items():
+        cmd += [flag, str(value)]
+    return cmd
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default=",".join(str(s) for s in DEFAULT_SIZES))
+    parser.add_argument("--models", default="npt,spin")
+    parser.add_argument("--backends", default=",".join(DEFAULT_BACKENDS))
+    parser.add_argument("--widths", default="cpu", choices=sorted(WIDTHS))
+    parser.add_argument("--steps", type=int, default=2, help="timed steps after one warm-up")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per worker")
+    parser.add_argument("--mem-cap-gib", type=float, default=16.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--worker", nargs=3, metavar=("MODEL", "BACKEND", "N"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        import torch
+
+        torch.set_num_threads(args.threads)
+        cap = int(args.mem_cap_gib * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+        model, backend, n = args.worker
+        result = worker(model, backend, int(n), args.steps, args.threads, args.widths, args.seed)
+        print(json.dumps(result), flush=True)
+        return 0
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    jsonl = args.out / "step_cost.jsonl"
+    meta = {
+        "command": " ".join(shlex.quote(a) for a in ["python", *sys.argv]),
+        "code": code_hash(),  # of the semiparam package imported
+        "widths": args.widths,
+        "threads": args.threads,
+        "steps": args.steps,
+        "mem_cap_gib": args.mem_cap_gib,
+        "machine": scaling.machine(),
+    }
+    same = ("code", "widths", "threads", "steps")
+    rows = [r for r in read_rows(jsonl) if all(r.get("meta", {}).get(k) == meta[k] for k in same)]
+    if not args.report_only:
+        sizes = [int(s) for s in args.sizes.split(",")]
+        for model in args.models.split(","):
+            for backend in args.backends.split(","):
+                failed = False
+                for n in sizes:
+                    done = [r for r in rows if (r["model"], r["backend"], r["n"]) == (model, backend, n)]
+                    if done:
+                        failed = failed or any(r["status"] != "ok" for r in done)
+                        continue
+                    identity = {"model": model, "backend": backend, "n": n}
+                    if failed:
+                        row = {**identity, "status": "skipped"}
+                    else:
+                        cmd = worker_command(args, model, backend, n)
+                        row = scaling.run_worker(cmd, identity, args.timeout, args.mem_cap_gib)
+                        failed = row["status"] != "ok"
+                    row["meta"] = meta
+                    rows.append(row)
+                    with jsonl.open("a") as fh:
+                        fh.write(json.dumps(row, default=str) + "\n")
+                    print(f"{model} {backend} n={n}: {_cell(row)}", flush=True)
+    if rows:
+        write_report(rows, meta, args.out)
+        print(f"wrote {args.out / 'step_cost.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""The attention-backend and memory settings NPT and SPIN share (``nn.backends``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .._config import ConfigError, FrozenConfig
+from ..nn.backends import BACKENDS, backend_names, backend_options
+
+
+@dataclass(frozen=True)
+class AttentionSettings(FrozenConfig):
+    """Which attention backend each kind of attention uses, the backends' settings, and activation
+    checkpointing. ``row_attention``: attention over rows (NPT's ABD, SPIN's XABD, whose keys are
+    the rows); ``column_attention``: the attention within a row or over a few tokens (NPT's ABA,
+    SPIN's XABA, ABLA and predictor). Names are those of ``semiparam.nn.backends.BACKENDS``
+    (``"sdpa"``, ``"dense"``, ``"chunked"``, ``"performer"``, ``"topk"`` and any registered)."""
+
+    row_attention: str = "sdpa"
+    column_attention: str = "sdpa"
+    attention_chunk: int = 1024  # chunked / topk (and sdpa with dropout): queries per chunk
+    attention_top_k: int = 32  # topk: keys each query attends to
+    random_features: int = 256  # performer: random features per head
+    # recompute each block's activations in the backward pass instead of storing them (training
+    # memory about one block's instead of all of them, for about a third more time per step)
+    checkpoint_blocks: bool = False
+
+    def validate_attention(self, attention_dropout: float) -> None:
+        for kind in ("row_attention", "column_attention"):
+            name = getattr(self, kind)
+            if name not in BACKENDS:
+                raise ConfigError(
+                    f"{kind} {name!r} is not an attention backend; choose from {backend_names()}"
+                )
+            if attention_dropout > 0 and not BACKENDS[name].attention_dropout:
+                raise ConfigError(
+                    f"{kind} {name!r} does not apply attention dropout; set attention_dropout=0 "
+                    "or choose another backend"
+                )
+        for name in ("attention_chunk", "attention_top_k", "random_features"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+    def attention_kwargs(self, kind: Literal["row", "column"]) -> dict[str, Any]:
+        """``backend`` and ``backend_options`` for a :class:`~semiparam.nn.attention.MAB` of this kind."""
+        name = self.row_attention if kind == "row" else self.column_attention
+        settings = {
+            "chunk": self.attention_chunk,
+            "top_k": self.attention_top_k,
+            "n_features": self.random_features,
+        }
+        return {"backend": name, "backend_options": backend_options(name, settings)}
