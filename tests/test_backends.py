@@ -14,7 +14,7 @@ DH = 8
 SCALE = DH**-0.5
 # the error each backend may show against dense softmax attention on the inputs below (queries and
 # keys of norm ~1.4 per head, 40 queries over 50 keys): exact ones float rounding; performer's
-# 256 random features a Monte Carlo estimate (relative error ~ 1/sqrt(features), about 0.13 here);
+# 256 random features a Monte Carlo estimate (relative error ~ 1/sqrt(features));
 # topk with 50 >= n_keys is exact
 TOLERANCE = {"performer": 0.2}
 OPTIONS = {"topk": {"top_k": 50}, "chunked": {"chunk": 16}, "sdpa": {"chunk": 16}}
@@ -183,7 +183,7 @@ def test_performer_features_are_fixed_and_deterministic():
 
 def test_orthogonal_random_features_estimate_the_softmax_kernel_without_bias():
     """E[phi(x) . phi(y)] = exp(x . y) for the block-orthogonal draws (a QR without the sign
-    correction biases the directions, and this estimate stays off by ~20% at any size)."""
+    correction biases the directions, and this estimate then stays off at any size)."""
     torch.manual_seed(0)
     x, y = torch.randn(5, DH) * 0.3, torch.randn(7, DH) * 0.3
     w = orthogonal_gaussian(65536, DH)
