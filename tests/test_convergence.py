@@ -142,6 +142,30 @@ def test_periodic_embedding_separates_close_values_and_respects_the_mask():
     assert sum(p.numel() for p in emb.parameters()) > sum(p.numel() for p in linear.parameters())
 
 
+def test_categorical_embedding_gradients_do_not_depend_on_thread_scheduling():
+    # many rows share each code: the gradient of a code's vector sums over them, and that sum must be
+    # reduced in the same order every time for a seeded fit to repeat on more than one thread
+    torch.manual_seed(0)
+    layout = ColumnLayout(("categorical", "categorical", "continuous"), (4, 3, 0))
+    emb = ColumnEmbedding(layout, 16, dropout=0.0)
+    values = torch.stack(
+        [torch.randint(0, 4, (2000,)), torch.randint(0, 3, (2000,)), torch.randn(2000)], 1
+    ).float()
+    hidden = torch.zeros_like(values, dtype=torch.bool)
+    weights = torch.randn(2000, 3, 16)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        grads = []
+        for _ in range(30):
+            emb.zero_grad()
+            (emb(values, hidden) * weights).sum().backward()
+            grads.append(emb.cat_table.grad.clone())
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(g, grads[0]) for g in grads)
+
+
 # -- ensembles ------------------------------------------------------------------------------------
 
 FAST = dict(max_steps=12, learning_rate=1e-2, model_options=TINY_MODEL, random_state=0)

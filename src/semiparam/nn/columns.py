@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 # The column kinds and ColumnLayout describe data, not modules: they live in semiparam.data.columns
@@ -130,7 +131,10 @@ class ColumnEmbedding(nn.Module):
         if self.cat_idx.numel():
             mk = hidden[:, self.cat_idx]
             codes = values[:, self.cat_idx].long().masked_fill(mk, 0)  # hidden -> any valid code
-            emb = self.cat_table[codes + self.cat_offsets]  # (n, n_cat, e)
+            # an embedding lookup, not tensor indexing: indexing's backward accumulates repeated
+            # codes in a thread-dependent order (different gradients run to run on 2 threads);
+            # F.embedding's backward sums them in a fixed order
+            emb = F.embedding(codes + self.cat_offsets, self.cat_table)  # (n, n_cat, e)
             mc = mk.to(values.dtype).unsqueeze(-1)
             out[:, self.cat_idx] = emb * (1.0 - mc) + mc * self.cat_mask + self.cat_bias
         out = out + self.index_embedding.weight
