@@ -810,7 +810,7 @@ def build_report(
             "",
             '"plateau, annealed": the smoothed validation loss stopped improving, then the learning '
             "rate was annealed over a share of the steps run (the adaptive schedule's "
-            "`anneal_fraction`: half for NPT, a quarter for SPIN), so the best checkpoint usually "
+            "`anneal_fraction`, half at the defaults), so the best checkpoint usually "
             'falls in that anneal; "max_steps" or "time_budget" would mean the fit was cut off. '
             'Best step and steps run are member 0\'s; "best in last 10%" counts the members whose '
             "best checkpoint came in the last tenth of their run.",
