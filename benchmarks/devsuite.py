@@ -1026,7 +1026,8 @@ def _git(*args: str) -> str | None:
 
 
 def src_hash(root: Path | None = None) -> str:
-    """The docstring-blind hash of the code under src/semiparam (``semiparam.bench.measure.code_hash``)."""
+    """The docstring-blind hash of the table models' code under src/semiparam: the modules that
+    ``import semiparam`` runs (``semiparam.bench.measure.code_hash``)."""
     from semiparam.bench.measure import code_hash
 
     return code_hash(root or REPO / "src" / "semiparam")

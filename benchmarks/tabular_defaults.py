@@ -23,8 +23,9 @@ Each (table, model, split) appends one JSON line to ``<out>/tabular_defaults.jso
 finishes, so a killed run resumes where it stopped. A line is reused only when its ``key`` matches:
 a hash of the table (rows, columns, seeds, data), the model's resolved settings (``get_params()``
 plus overrides; library parameters for the baselines), the library's version, ``DEVSUITE_VERSION``
-and the hash of the contents of src/semiparam. git HEAD and the dirty flag are recorded in every
-line; ``--key-git`` also puts them in the key (then committing the results file makes them stale).
+and the hash of the table models' code in src/semiparam (the modules ``import semiparam`` runs).
+git HEAD and the dirty flag are recorded in every line; ``--key-git`` also puts them in the key
+(then committing the results file makes them stale).
 The report (``tabular_defaults.md`` and ``.json``, or ``tabular_defaults_<tag>.*``) is generated
 from the lines of the tag whose key is current; nothing measured is typed into source.
 """
@@ -41,7 +42,8 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -304,17 +306,18 @@ def rekey(jsonl: Path, keys: KeyMaker) -> tuple[int, int]:
 
 
 def rekey_from_commit(jsonl: Path, keys: KeyMaker, commit: str) -> tuple[int, int]:
-    """Move NPT/SPIN records made by the code of git ``commit`` (their src hash is that tree's hash
-    over every file) to the current key, provided the code that can change a number (everything
-    but the presentation-only modules and the hashing function itself) is identical now; else
-    refuse: such records must be rerun. For a change of what the hash covers; (rekeyed, left)."""
-    from semiparam.bench.measure import PRESENTATION_ONLY
+    """Move NPT/SPIN records made by the code of git ``commit`` under the previous hash scheme
+    (every module of the package but the presentation-only ones) to the current key (the table
+    models' modules only), provided the code that can change a number (everything but the
+    presentation-only modules and the hashing function itself) is identical now; else refuse:
+    such records must be rerun. For a change of what the hash covers; (rekeyed, left)."""
+    from semiparam.bench.measure import PRESENTATION_ONLY, code_hash
 
     fixed = (*PRESENTATION_ONLY, "bench/measure.py")
-    commit, old_full, old_fixed = commit_code_hashes(commit, fixed)
-    from semiparam.bench.measure import code_hash
-
-    if old_fixed != code_hash(ds.REPO / "src" / "semiparam", exclude=fixed):
+    with commit_tree(commit) as (commit, old_root):
+        old_full = code_hash(old_root, modules=None)
+        old_fixed = code_hash(old_root, exclude=fixed, modules=None)
+    if old_fixed != code_hash(ds.REPO / "src" / "semiparam", exclude=fixed, modules=None):
         raise SystemExit(f"code that can change a result differs from {commit}: rerun, do not rekey")
     records = read_records(jsonl)
     moved = move_records(records, keys, old_full, {"rekeyed_from": [commit, old_full]})
@@ -322,11 +325,9 @@ def rekey_from_commit(jsonl: Path, keys: KeyMaker, commit: str) -> tuple[int, in
     return moved, len(records) - moved
 
 
-def commit_code_hashes(commit: str, exclude: tuple[str, ...] = ()) -> tuple[str, str, str]:
-    """(full commit id, code hash of its src/semiparam over every file, the hash without
-    ``exclude``)."""
-    from semiparam.bench.measure import code_hash
-
+@contextmanager
+def commit_tree(commit: str) -> Iterator[tuple[str, Path]]:
+    """(full commit id, the folder of its src/semiparam extracted into a temporary directory)."""
     commit = subprocess.run(
         ["git", "rev-parse", "--verify", f"{commit}^{{commit}}"],
         cwd=ds.REPO,
@@ -339,8 +340,7 @@ def commit_code_hashes(commit: str, exclude: tuple[str, ...] = ()) -> tuple[str,
             ["git", "archive", commit, "src/semiparam"], cwd=ds.REPO, capture_output=True, check=True
         )
         subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
-        old_root = Path(tmp) / "src" / "semiparam"
-        return commit, code_hash(old_root, exclude=()), code_hash(old_root, exclude=exclude)
+        yield commit, Path(tmp) / "src" / "semiparam"
 
 
 def _made_by(record: Mapping[str, Any], old_full: str) -> bool:
@@ -411,10 +411,10 @@ def rekey_verified(
     evidence on the tables rerun, not a proof for the others, and the records say which they were.
     ``models``: only these models' records are verified and moved (e.g. after a change of NPT's
     defaults, SPIN's records alone can still be carried over)."""
-    from semiparam.bench.measure import PRESENTATION_ONLY
+    from semiparam.bench.measure import code_hash
 
-    # the records carry the code hash the runner keys on: presentation-only modules left out
-    commit, _, old_full = commit_code_hashes(commit, PRESENTATION_ONLY)
+    with commit_tree(commit) as (commit, old_root):
+        old_full = code_hash(old_root)  # the hash the runner keys on
     records = read_records(jsonl)
     chosen = set(models) if models is not None else None
     old = [
@@ -903,8 +903,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--rekey-from",
         metavar="COMMIT",
-        help="move NPT/SPIN records made by COMMIT's code to the current key when only presentation "
-        "modules or the hash function changed since",
+        help="move NPT/SPIN records made by COMMIT's code, keyed on every module of the package, to the "
+        "key on the table models' modules, when only presentation modules or the hash function changed since",
     )
     parser.add_argument(
         "--rekey-verified",

@@ -310,3 +310,34 @@ def test_expected_calibration_error():
     proba = np.array([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]])
     scores = score_predictions("binary", np.array(["a", "b", "b"]), proba, classes=["a", "b"])
     assert scores["ece"] == pytest.approx((0.1 + 0.2 + 0.6) / 3)
+
+
+def test_code_hash_follows_the_table_models_imports(tmp_path: Path) -> None:
+    import shutil
+
+    from semiparam.bench.measure import _package_root, code_hash, import_closure
+
+    root = tmp_path / "semiparam"
+    shutil.copytree(_package_root(), root, ignore=shutil.ignore_patterns("__pycache__"))
+    closure = {p.relative_to(root).as_posix() for p in import_closure(root, ("semiparam",))}
+    table_files = {"__init__.py", "models/npt.py", "models/spin.py", "nn/attention.py", "training/trainer.py"}
+    assert table_files <= closure
+    assert not any(p.startswith(("genomics/", "cli/", "bench/")) for p in closure)
+    assert "estimators/neural_process.py" not in closure
+    table, whole = code_hash(root), code_hash(root, modules=None)
+
+    def edit(rel: str, text: str) -> None:
+        path = root / rel
+        path.write_text(path.read_text() + text)
+
+    edit("genomics/metrics.py", "\n\nGENOMICS_ONLY = 1\n")
+    assert code_hash(root) == table and code_hash(root, modules=None) != whole
+    edit("models/npt.py", '\n\ndef _documented():\n    """Only a docstring."""\n')
+    documented = code_hash(root)
+    assert documented != table  # a new function is code
+    edit("models/npt.py", "\n# a comment\n")
+    assert code_hash(root) == documented  # comments are not
+    edit("nn/attention.py", "\n\nSCALE = 2\n")
+    assert code_hash(root) != documented
+    with pytest.raises(ValueError, match="no semiparam module"):
+        import_closure(root, ("semiparam.nowhere",))

@@ -179,18 +179,85 @@ def _code_only(source: bytes) -> bytes:
 # front ends): editing them changes no measured number, so they are left out of ``code_hash``.
 PRESENTATION_ONLY = ("bench/report.py", "bench/paper.py", "bench/cli.py", "cli/")
 
+# The code of the table models: what ``import semiparam`` brings in (estimators, NPT, SPIN, their
+# layers, training and table encoding), found by following its imports. Results of the table models
+# are keyed on this part only, so a change to genomics, the neural processes or the benchmarks'
+# own modules leaves them current.
+TABLE_MODELS = ("semiparam",)
 
-def code_hash(root: Path | None = None, *, exclude: tuple[str, ...] = PRESENTATION_ONLY) -> str:
-    """sha256 (16 hex digits) of the semiparam package's code (default: the imported package):
+
+def _module_file(root: Path, parts: list[str]) -> Path | None:
+    """The file of module ``semiparam.<parts>`` under the package folder ``root``, if there is one."""
+    path = root.joinpath(*parts)
+    if (path / "__init__.py").is_file():
+        return path / "__init__.py"
+    if path.with_suffix(".py").is_file():
+        return path.with_suffix(".py")
+    return None
+
+
+def _imported_modules(root: Path, path: Path) -> Iterator[list[str]]:
+    """The semiparam modules that ``path`` imports anywhere in it (functions included), as name
+    parts below the package; for ``from M import x`` both M and, when it is a module, M.x."""
+    rel = path.relative_to(root).with_suffix("").parts
+    package = list(rel[:-1])  # the package a relative import starts from
+    for node in ast.walk(ast.parse(path.read_bytes())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                module = base + (node.module.split(".") if node.module else [])
+            elif node.module and node.module.split(".")[0] == "semiparam":
+                module = node.module.split(".")[1:]
+            else:
+                continue
+            yield module
+            for alias in node.names:
+                yield module + [alias.name]
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "semiparam":
+                    yield alias.name.split(".")[1:]
+
+
+def import_closure(root: Path, modules: tuple[str, ...]) -> list[Path]:
+    """The files of ``modules`` (dotted names, e.g. ``"semiparam.genomics"``) under the package
+    folder ``root`` and of every semiparam module they import, directly or not, with the
+    ``__init__`` of each package on the way (Python runs them on import), sorted."""
+    todo = []
+    for name in modules:
+        parts = name.split(".")
+        if parts[0] != "semiparam" or (found := _module_file(root, parts[1:])) is None:
+            raise ValueError(f"no semiparam module {name!r} under {root}")
+        todo.append(found)
+    seen: set[Path] = set()
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        todo.extend(f for i in range(len(parts)) if (f := _module_file(root, parts[:i])) is not None)
+        todo.extend(f for m in _imported_modules(root, path) if (f := _module_file(root, m)) is not None)
+    return sorted(seen)
+
+
+def code_hash(
+    root: Path | None = None,
+    *,
+    exclude: tuple[str, ...] = PRESENTATION_ONLY,
+    modules: tuple[str, ...] | None = TABLE_MODELS,
+) -> str:
+    """sha256 (16 hex digits) of the code that ``modules`` run (default: the table models; None:
+    every file of the package) in the semiparam package at ``root`` (default: the imported one):
     each file's path and, for Python files, its syntax tree without docstrings (other files: their
     bytes); caches and the files under ``exclude`` (paths relative to the package, a trailing "/"
     for a folder; default: the presentation-only modules) left out. Benchmark results keyed on it
     go stale when code that could change a number changes."""
-    if root is None and exclude == PRESENTATION_ONLY:
-        return _package_code_hash()
-    root = root or _package_root()
+    if root is None:
+        return _package_code_hash(exclude, modules)
+    files = _source_files(root) if modules is None else import_closure(root, modules)
     h = hashlib.sha256()
-    for path in _source_files(root):
+    for path in files:
         rel = path.relative_to(root).as_posix()
         if any(rel == e or (e.endswith("/") and rel.startswith(e)) for e in exclude):
             continue
@@ -208,9 +275,9 @@ def _package_root() -> Path:
     return Path(semiparam.__file__).resolve().parent
 
 
-@lru_cache(maxsize=1)
-def _package_code_hash() -> str:
-    return code_hash(_package_root())
+@lru_cache(maxsize=8)
+def _package_code_hash(exclude: tuple[str, ...], modules: tuple[str, ...] | None) -> str:
+    return code_hash(_package_root(), exclude=exclude, modules=modules)
 
 
 def library_version(module: str) -> str | None:
