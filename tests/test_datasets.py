@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from semiparam import datasets
-from semiparam.data.datasets import BOSTON_COLUMNS, PROTEIN_COLUMNS, WDBC_FEATURES
+from semiparam.data.loaders import BOSTON_COLUMNS, PROTEIN_COLUMNS, WDBC_FEATURES
 
 
 def _have_data() -> bool:
