@@ -135,7 +135,7 @@ cyvcf2 = pytest.importorskip("cyvcf2")
 
 @pytest.fixture(scope="module")
 def vcf_files(tmp_path_factory: pytest.TempPathFactory, split: dict[str, object]) -> dict[str, Path]:
-    from semiparam.data.vcf import write_genotypes_vcf
+    from semiparam.data.vcf_writer import write_genotypes_vcf
 
     root = tmp_path_factory.mktemp("vcf")
     typed = split["typed"]

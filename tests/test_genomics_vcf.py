@@ -17,9 +17,8 @@ from semiparam.data.vcf import (  # noqa: E402
     read_positions,
     read_reference_panel,
     read_vcf,
-    write_genotypes_vcf,
-    write_imputed_vcf,
 )
+from semiparam.data.vcf_writer import write_genotypes_vcf, write_imputed_vcf  # noqa: E402
 from semiparam.genomics.pipeline import align_targets  # noqa: E402
 from semiparam.genomics.simulate import simulate_panel  # noqa: E402
 
@@ -194,7 +193,7 @@ def test_imputed_vcf_fields(tmp_path: Path) -> None:
 
 
 def test_region_needs_and_uses_an_index(tmp_path: Path) -> None:
-    from semiparam.data.vcf import index_vcf
+    from semiparam.data.vcf_writer import index_vcf
 
     panel = simulate_panel(3, 30, seed=2)
     path = write_genotypes_vcf(tmp_path / "r.vcf.gz", panel.as_genotypes())

@@ -6,7 +6,8 @@
 VCF input/output needs the ``genomics`` extra (``pip install 'semiparam[genomics]'``, cyvcf2).
 """
 
-from ..data.vcf import read_positions, read_reference_panel, read_vcf, write_genotypes_vcf
+from ..data.vcf import read_positions, read_reference_panel, read_vcf
+from ..data.vcf_writer import write_genotypes_vcf
 from .imputer import PRESETS, GenotypeImputer, genomics_configs, phase_window
 from .metrics import (
     dosage_r2_estimate,

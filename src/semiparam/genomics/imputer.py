@@ -47,8 +47,8 @@ from safetensors.numpy import save_file as save_numpy
 from .._config import ConfigError
 from .._io import ModelFileError, atomic_directory, available_device, read_json, read_tensors
 from ..data.columns import CATEGORICAL
+from ..data.genotypes import HaplotypePanel, VariantSites
 from ..data.table import ColumnSpec, TableEncoder, TableSchema
-from ..data.vcf import HaplotypePanel, VariantSites
 from ..estimators._engine import TableLearner, resolve_device
 from ..models.registry import get_model, model_names
 from ..training.config import TrainConfig

@@ -32,12 +32,11 @@ from ..data.vcf import (
     GenotypeData,
     VariantSites,
     VCFError,
-    index_vcf,
     read_positions,
     read_reference_panel,
     read_vcf,
-    write_imputed_vcf,
 )
+from ..data.vcf_writer import index_vcf, write_imputed_vcf
 from .imputer import GenotypeImputer, check_phased
 from .metrics import dosage_r2_estimate
 

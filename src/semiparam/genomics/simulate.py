@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..data.vcf import HaplotypePanel, VariantSites
+from ..data.genotypes import HaplotypePanel, VariantSites
 
 
 def simulate_haplotypes(
