@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from semiparam._config import ConfigError
-from semiparam.genomics.imputer import phase_window
 from semiparam.genomics.metrics import (
     dosage_r2_estimate,
     evaluate_imputation,
@@ -14,6 +13,7 @@ from semiparam.genomics.metrics import (
     pooled_r2,
     r2_by_maf,
 )
+from semiparam.genomics.phasing import phase_window
 from semiparam.genomics.simulate import simulate_haplotypes, simulate_panel, split_samples
 from semiparam.genomics.windows import (
     WindowSpec,

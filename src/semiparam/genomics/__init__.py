@@ -8,7 +8,7 @@ VCF input/output needs the ``genomics`` extra (``pip install 'semiparam[genomics
 
 from ..data.vcf import read_positions, read_reference_panel, read_vcf
 from ..data.vcf_writer import write_genotypes_vcf
-from .imputer import PRESETS, GenotypeImputer, genomics_configs, phase_window
+from .imputer import GenotypeImputer
 from .metrics import (
     dosage_r2_estimate,
     evaluate_imputation,
@@ -17,7 +17,9 @@ from .metrics import (
     pooled_r2,
     r2_by_maf,
 )
+from .phasing import phase_window
 from .pipeline import AlignedTargets, AlignmentReport, align_targets, impute_vcf, peak_memory_mb
+from .presets import PRESETS, genomics_configs
 from .simulate import simulate_haplotypes, simulate_panel, split_samples
 from .windows import Window, WindowSpec, plan_windows, token_bit_probabilities, tokenize
 

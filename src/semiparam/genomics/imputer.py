@@ -25,7 +25,7 @@ SPIN: encoded into inducing points): the paper's meta-learned model across genom
 Missing genotypes at typed sites are filled too: their K-mer token is hidden from the model and
 predicted from the other inputs, conditionally on the bits of the K-mer that are known.
 Unphased targets: with ``unphased="match"`` each window phases a sample's unphased heterozygous
-inputs by the reference haplotype that best fits its genotypes (see :func:`phase_window`).
+inputs by the reference haplotype that best fits its genotypes (see :func:`.phasing.phase_window`).
 """
 
 from __future__ import annotations
@@ -53,6 +53,8 @@ from ..estimators._engine import TableLearner, resolve_device
 from ..models.registry import get_model, model_names
 from ..training.config import TrainConfig
 from ..training.trainer import Batch, ProgressBar, Trainer
+from .phasing import check_phased, phase_window, unphased_heterozygotes
+from .presets import Mode, genomics_configs
 from .windows import (
     Window,
     WindowSpec,
@@ -65,183 +67,6 @@ from .windows import (
 
 FORMAT_VERSION = 1
 BASELINES = ("knn",)
-Mode = Literal["per_window", "shared"]
-
-# Model settings for genotype imputation, by preset and model name (other registered models use
-# their own preset of the same name, or "cpu").
-# NOTE[DIFF]: "cpu" keeps the paper's SPIN-16 / NPT-16 shapes (e=16, depth 4, 1 head, h=f=10)
-# but without attention-weight dropout (it forces PyTorch's slow quadratic path on CPUs) and
-# with dropout 0.1 instead of 0.4, which suits the few hundred steps a CPU run can afford.
-_MODEL_PRESETS: dict[str, dict[str, dict[str, Any]]] = {
-    "cpu": {
-        "npt": {"d_embedding": 16, "n_blocks": 4, "n_heads": 1, "dropout": 0.1, "attention_dropout": 0.0},
-        "spin": {
-            "d_embedding": 16,
-            "n_layers": 2,
-            "n_heads": 1,
-            "n_inducing_points": 10,
-            "n_latent_attributes": 10,
-            "dropout": 0.1,
-            "attention_dropout": 0.0,
-        },
-    },
-    "paper16": {
-        "npt": {"d_embedding": 16, "n_blocks": 4, "n_heads": 1, "dropout": 0.4, "attention_dropout": 0.1},
-        "spin": {
-            "d_embedding": 16,
-            "n_layers": 2,
-            "n_heads": 1,
-            "n_inducing_points": 10,
-            "n_latent_attributes": 10,
-            "dropout": 0.4,
-            "attention_dropout": 0.1,
-        },
-    },
-    "paper64": {
-        "npt": {"d_embedding": 64, "n_blocks": 4, "n_heads": 4, "dropout": 0.4, "attention_dropout": 0.1},
-        "spin": {
-            "d_embedding": 64,
-            "n_layers": 2,
-            "n_heads": 4,
-            "n_inducing_points": 10,
-            "n_latent_attributes": 10,
-            "dropout": 0.4,
-            "attention_dropout": 0.1,
-        },
-    },
-}
-# Training: batches of 256 haplotypes, chunk masking of 15% of the rows, 15% feature masking
-# always shown as the mask token (the authors' genomics runs), lambda 0.5 (one window) or 0.1
-# (shared), flat learning rate for half the steps then cosine decay (spec-spin sections 3, 5.4).
-# NOTE[DIFF]: "cpu" uses learning rate 1e-2 (paper 1e-3): with a few hundred steps the in-context
-# copying is only learnt at the larger rate (on simulated panels: shared SPIN r2 0.15 at 5e-3 vs
-# 0.63 at 1e-2 after 600 steps).
-_TRAIN_PRESETS: dict[str, dict[str, Any]] = {
-    "cpu": {"max_steps": 300, "learning_rate": 1e-2},
-    "paper16": {"max_steps": 15_000, "learning_rate": 1e-3},
-    "paper64": {"max_steps": 100_000, "learning_rate": 1e-3},
-}
-PRESETS = tuple(_MODEL_PRESETS)
-
-
-def genomics_configs(
-    model: str,
-    preset: str = "cpu",
-    *,
-    mode: Mode = "per_window",
-    model_options: dict[str, Any] | None = None,
-    train_options: dict[str, Any] | None = None,
-) -> tuple[Any, TrainConfig]:
-    """``(model_config, train_config)`` for genotype imputation with registered model ``model``."""
-    if preset not in _MODEL_PRESETS:
-        raise ConfigError(f"unknown genomics preset {preset!r}; choose from {list(_MODEL_PRESETS)}")
-    config_cls, _ = get_model(model)
-    fields = _MODEL_PRESETS[preset].get(model)
-    if fields is not None:
-        model_config = config_cls.from_dict(fields, base=config_cls())
-    else:
-        try:
-            model_config = config_cls.preset(preset)
-        except ConfigError:
-            model_config = config_cls.preset("cpu")
-    if model_options:
-        model_config = config_cls.from_dict(dict(model_options), base=model_config)
-    base = {
-        "batch_size": 256,
-        "lr_schedule": "flat_cosine",
-        "flat_fraction": 0.5,
-        "p_target": 0.15,
-        "p_feature": 0.15,
-        "randomize_fraction": 0.0,
-        "tradeoff_start": 0.5 if mode == "per_window" else 0.1,
-        "class_balance": False,
-        "validation_fraction": 0.1 if mode == "per_window" else 0.0,
-        "predict_batch_size": 512,
-        **_TRAIN_PRESETS[preset],
-    }
-    if "target_masking" in TrainConfig.field_names():
-        base["target_masking"] = "chunk"
-    else:  # pragma: no cover - an older training package without chunk masking
-        raise ConfigError(
-            "this version of semiparam.training has no chunk masking (TrainConfig.target_masking)"
-        )
-    base.update(train_options or {})
-    if "eval_every" not in (train_options or {}):  # four validations per run keep the overhead low
-        base["eval_every"] = max(1, int(base["max_steps"]) // 4)
-    train_config = TrainConfig.from_dict(base)
-    return model_config, train_config
-
-
-def phase_window(
-    genotypes: np.ndarray, phased: np.ndarray, reference: np.ndarray, *, n_candidates: int = 8
-) -> np.ndarray:
-    """Phase unphased heterozygous calls of one window against reference haplotypes.
-
-    ``genotypes (n_samples, n_sites, 2)`` int8 (-1 missing), ``phased (n_samples, n_sites)`` bool,
-    ``reference (n_ref, n_sites)`` 0/1. Returns ``(n_samples, 2, n_sites)`` haplotypes (-1 missing).
-
-    For a sample with unphased hets: rank reference haplotypes by how many homozygous calls they
-    contradict, and for each of the best ``n_candidates`` let the first haplotype copy its alleles
-    at the unphased hets (the second takes the others); keep the candidate whose two haplotypes are
-    together closest to their nearest reference haplotypes. Phased hets keep their phase.
-    NOTE[DIFF]: a window-local best-match heuristic, far simpler than Beagle's or SHAPEIT's HMM
-    phasing; the stitched dosages do not depend on phase, the per-haplotype GT may switch.
-    """
-    n_samples, n_sites, _ = genotypes.shape
-    out = np.transpose(genotypes, (0, 2, 1)).copy()  # (n, 2, s)
-    a, b = genotypes[:, :, 0], genotypes[:, :, 1]
-    observed = (a >= 0) & (b >= 0)
-    het_unphased = observed & (a != b) & ~phased
-    todo = np.flatnonzero(het_unphased.any(axis=1))
-    if len(todo) == 0:
-        return out
-    ref = reference.astype(np.float32)  # (r, s)
-    dose = np.where(observed, a.astype(np.int64) + b, -1)[todo]  # (t, s)
-    hom0 = (dose == 0).astype(np.float32)
-    hom2 = (dose == 2).astype(np.float32)
-    # contradicted homozygous calls per (sample, reference haplotype)
-    contradict = hom0 @ ref.T + hom2 @ (1.0 - ref).T  # (t, r)
-    c = min(n_candidates, ref.shape[0])
-    cand = np.argpartition(contradict, c - 1, axis=1)[:, :c]  # (t, c)
-    het = het_unphased[todo]  # (t, s)
-    first = np.where(het[:, None, :], ref[cand], out[todo, 0][:, None, :])  # (t, c, s)
-    second = np.where(het[:, None, :], 1.0 - ref[cand], out[todo, 1][:, None, :])
-    obs = observed[todo][:, None, :].astype(np.float32)
-
-    def nearest(h: np.ndarray) -> np.ndarray:  # min Hamming distance to the reference, observed sites
-        hv = np.clip(h, 0, 1) * obs  # (t, c, s)
-        # mismatches = sum obs*(h + r - 2 h r)
-        d = hv.sum(-1, keepdims=True) + obs @ ref.T - 2.0 * (hv @ ref.T)  # (t, c, r)
-        return d.min(axis=-1)
-
-    score = nearest(first) + nearest(second) + np.take_along_axis(contradict, cand, axis=1)
-    best = score.argmin(axis=1)
-    rows = np.arange(len(todo))
-    out[todo, 0] = first[rows, best].astype(np.int8)
-    out[todo, 1] = second[rows, best].astype(np.int8)
-    out[~np.broadcast_to(observed[:, None, :], out.shape)] = -1
-    return out
-
-
-def unphased_heterozygotes(alleles: np.ndarray, phased: np.ndarray) -> np.ndarray:
-    """``(n_sites, n_samples)`` bool: observed heterozygous calls written unphased (``0/1``)."""
-    a, b = alleles[..., 0], alleles[..., 1]
-    return (a >= 0) & (b >= 0) & (a != b) & ~phased
-
-
-def check_phased(
-    alleles: np.ndarray, phased: np.ndarray, sites: VariantSites, samples: list[str] | None = None
-) -> None:
-    """Raise a ValueError naming the first unphased heterozygous call, if there is one."""
-    bad = unphased_heterozygotes(alleles, phased)
-    if bad.any():
-        i, k = np.argwhere(bad)[0]
-        who = samples[k] if samples is not None else f"#{k}"
-        raise ValueError(
-            f"{int(bad.sum())} unphased heterozygous target genotype(s) at typed sites, e.g. sample {who} "
-            f"at {sites.label(i)}; phase the targets first (Beagle, SHAPEIT, Eagle) or use "
-            "unphased='match' (--unphased match)"
-        )
 
 
 class GenotypeImputer:
@@ -752,11 +577,4 @@ def _pearson_r2(y: np.ndarray, p: np.ndarray) -> float:
     return float(r * r) if math.isfinite(r) else 0.0
 
 
-__all__ = [
-    "GenotypeImputer",
-    "PRESETS",
-    "check_phased",
-    "genomics_configs",
-    "phase_window",
-    "unphased_heterozygotes",
-]
+__all__ = ["GenotypeImputer"]

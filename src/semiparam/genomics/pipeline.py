@@ -37,8 +37,9 @@ from ..data.vcf import (
     read_vcf,
 )
 from ..data.vcf_writer import index_vcf, write_imputed_vcf
-from .imputer import GenotypeImputer, check_phased
+from .imputer import GenotypeImputer
 from .metrics import dosage_r2_estimate
+from .phasing import check_phased
 
 
 @dataclass
