@@ -32,19 +32,17 @@ from torch import Tensor
 
 from .._config import ConfigError
 from .._io import ModelFileError, atomic_directory, read_json, read_tensors
-from ..data.tasks import TaskBatch, pad_sequences
+from ..data.tasks import TaskBatch
 from ..models.anp import ANPConfig, ANPModule
 from ..models.canp import CANPConfig, CANPModule
 from ..models.ipnp import CIPNPConfig, CIPNPModule, IPNPConfig, IPNPModule
 from ..models.np_base import NeuralProcess, NPConfig
 from ..training.np_loop import NPTrainConfig, NPTrainHistory, TaskSource, train_neural_process
+from ._np_inputs import ArrayLike, Tasks, check_samples, validate_tasks
 
 FORMAT_VERSION = 1
 _META_FILE = "neural_process.json"
 _WEIGHTS_FILE = "model.safetensors"
-
-ArrayLike = Any  # a torch tensor, a numpy array, nested lists of numbers, or a list of per-task
-# arrays (each a numpy array or torch tensor, lengths may differ)
 
 
 class NPPrediction(NamedTuple):
@@ -54,18 +52,6 @@ class NPPrediction(NamedTuple):
     mean: Tensor
     std: Tensor
     samples: Tensor | None = None
-
-
-class _Tasks(NamedTuple):
-    """Validated model inputs: padded tensors on the device, masks (None = no padding)."""
-
-    context_x: Tensor
-    context_y: Tensor
-    context_mask: Tensor | None
-    target_x: Tensor
-    target_y: Tensor | None
-    target_mask: Tensor | None
-    single: bool  # the caller passed one task (no batch axis)
 
 
 class NeuralProcessEstimator:
@@ -219,7 +205,7 @@ class NeuralProcessEstimator:
         ``n_samples`` sampled functions). ``random_state`` seeds the latent draws."""
         module = self._fitted()
         tasks = self._validate(context_x, context_y, target_x, None, context_mask, target_mask)
-        _check_samples(n_samples)
+        check_samples(n_samples)
         mean, std, samples = module.predict(
             tasks.context_x,
             tasks.context_y,
@@ -255,7 +241,7 @@ class NeuralProcessEstimator:
         from p(z | context) (logmeanexp, as the paper evaluates)."""
         module = self._fitted()
         tasks = self._validate(context_x, context_y, target_x, target_y, context_mask, target_mask)
-        _check_samples(n_samples)
+        check_samples(n_samples)
         assert tasks.target_y is not None
         ll = module.target_log_likelihood(
             tasks.context_x,
@@ -291,7 +277,6 @@ class NeuralProcessEstimator:
             raise ValueError("evaluate() got no batches")
         return float(np.mean(scores))
 
-    # -- input validation ---------------------------------------------------------------------------
     def _validate(
         self,
         context_x: ArrayLike,
@@ -300,69 +285,19 @@ class NeuralProcessEstimator:
         target_y: ArrayLike | None,
         context_mask: ArrayLike | None,
         target_mask: ArrayLike | None,
-    ) -> _Tasks:
+    ) -> Tasks:
         config = self.config_ or self.config
-        cx, cmask_pad, single_cx = _as_batch("context_x", context_x, config.x_dim)
-        cy, _, single_cy = _as_batch("context_y", context_y, config.y_dim)
-        tx, tmask_pad, single_tx = _as_batch("target_x", target_x, config.x_dim)
-        arrays = {"context_x": cx, "context_y": cy, "target_x": tx}
-        singles = {"context_x": single_cx, "context_y": single_cy, "target_x": single_tx}
-        ty = None
-        if target_y is not None:
-            ty, _, singles["target_y"] = _as_batch("target_y", target_y, config.y_dim)
-            arrays["target_y"] = ty
-        if len(set(singles.values())) != 1:
-            raise ValueError(f"mix of one task and batches of tasks: {singles} (True = one task)")
-        single = single_cx
-        n_tasks = {name: int(a.shape[0]) for name, a in arrays.items()}
-        if len(set(n_tasks.values())) != 1:
-            raise ValueError(f"inputs disagree on the number of tasks: {n_tasks}")
-        if cx.shape[1] != cy.shape[1]:
-            raise ValueError(f"context_x has {cx.shape[1]} points per task but context_y has {cy.shape[1]}")
-        if ty is not None and tx.shape[1] != ty.shape[1]:
-            raise ValueError(f"target_x has {tx.shape[1]} points per task but target_y has {ty.shape[1]}")
-        if cx.shape[1] == 0:
-            raise ValueError("the context is empty: a neural process needs at least one context point")
-        if tx.shape[1] == 0:
-            raise ValueError("there are no target points to predict")
-        cmask = _merge_mask("context_mask", context_mask, cmask_pad, cx, single)
-        tmask = _merge_mask("target_mask", target_mask, tmask_pad, tx, single)
-        if cmask is not None:
-            empty = (~cmask.any(dim=1)).nonzero().flatten().tolist()
-            if empty:
-                raise ValueError(f"task(s) {empty[:10]} have an empty context (context_mask all False)")
-        for name, values, mask in (
-            ("context_x", cx, cmask),
-            ("context_y", cy, cmask),
-            ("target_x", tx, tmask),
-            ("target_y", ty, tmask),
-        ):
-            if values is None:
-                continue
-            bad = ~torch.isfinite(values).all(dim=-1)  # (B, k)
-            if mask is not None:
-                bad &= mask
-            if bool(bad.any()):
-                task, point = (int(i) for i in bad.nonzero()[0])
-                raise ValueError(
-                    f"{name} has {int(bad.sum())} point(s) with NaN or inf values "
-                    f"(first: task {task}, point {point}); remove or impute them"
-                )
-        # padded points are never attended to, but 0 * NaN is NaN: clear whatever they hold
-        if cmask is not None:
-            cx, cy = (t.masked_fill(~cmask[..., None], 0.0) for t in (cx, cy))
-        if tmask is not None:
-            tx = tx.masked_fill(~tmask[..., None], 0.0)
-            ty = None if ty is None else ty.masked_fill(~tmask[..., None], 0.0)
-        device = self.device
-
-        def put(t: Tensor | None) -> Tensor | None:
-            return None if t is None else t.to(device)
-
-        # an all-True mask is the same as none, and lets attention take its unmasked fast path
-        cmask = None if cmask is not None and bool(cmask.all()) else cmask
-        tmask = None if tmask is not None and bool(tmask.all()) else tmask
-        return _Tasks(put(cx), put(cy), put(cmask), put(tx), put(ty), put(tmask), single)  # type: ignore[arg-type]
+        return validate_tasks(
+            context_x,
+            context_y,
+            target_x,
+            target_y,
+            context_mask,
+            target_mask,
+            x_dim=config.x_dim,
+            y_dim=config.y_dim,
+            device=self.device,
+        )
 
     # -- persistence --------------------------------------------------------------------------------
     def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
@@ -473,86 +408,3 @@ _MODELS: dict[str, type[NeuralProcessEstimator]] = {c.__name__: c for c in (CIPN
 def load_neural_process(path: str | Path, *, device: str | torch.device = "cpu") -> NeuralProcessEstimator:
     """Load any saved neural process (CIPNP, IPNP, CANP or ANP)."""
     return NeuralProcessEstimator.load(path, device=device)
-
-
-# -- helpers ---------------------------------------------------------------------------------------
-
-
-def _check_samples(n_samples: int) -> None:
-    if not isinstance(n_samples, int) or n_samples < 1:
-        raise ValueError(f"n_samples must be a positive integer, got {n_samples!r}")
-
-
-def _to_tensor(name: str, value: ArrayLike) -> Tensor:
-    if isinstance(value, Tensor):
-        tensor = value.detach()
-    else:
-        try:
-            tensor = torch.as_tensor(np.asarray(value, dtype=np.float32))
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"{name} could not be read as an array of numbers: {err}") from None
-    if tensor.is_complex() or tensor.dtype == torch.bool:
-        raise ValueError(f"{name} must hold real numbers, got dtype {tensor.dtype}")
-    return tensor.to(torch.float32)
-
-
-def _as_batch(name: str, value: ArrayLike, dim: int) -> tuple[Tensor, Tensor | None, bool]:
-    """``value`` -> ``(B, k, dim)`` float32 (on the input's device), the padding mask of a ragged list
-    input (else None), and whether it was a single task."""
-    if isinstance(value, (list, tuple)) and value and all(isinstance(v, (Tensor, np.ndarray)) for v in value):
-        # a list of per-task arrays (ragged): pad them into one batch
-        items = [_to_tensor(f"{name}[{i}]", v) for i, v in enumerate(value)]
-        for i, t in enumerate(items):
-            if t.ndim not in (1, 2):
-                raise ValueError(
-                    f"{name}[{i}] must be (k,) or (k, dim) for one task, got shape {tuple(t.shape)}"
-                )
-        items = [t[:, None] if t.ndim == 1 else t for t in items]  # (k_i,) -> (k_i, 1)
-        for t in items:
-            _check_dim(name, t, dim)
-        padded, mask = pad_sequences(items)
-        return padded, (None if bool(mask.all()) else mask), False
-    tensor = _to_tensor(name, value)
-    if tensor.ndim == 1:
-        tensor = tensor[None, :, None]  # (k,) -> (1, k, 1)
-        _check_dim(name, tensor, dim)
-        return tensor, None, True
-    if tensor.ndim == 2:
-        _check_dim(name, tensor, dim)
-        return tensor[None], None, True
-    if tensor.ndim == 3:
-        _check_dim(name, tensor, dim)
-        return tensor, None, False
-    raise ValueError(
-        f"{name} must be (k,) or (k, dim) for one task or (B, k, dim) for a batch,"
-        f" got shape {tuple(tensor.shape)}"
-    )
-
-
-def _check_dim(name: str, tensor: Tensor, dim: int) -> None:
-    if tensor.shape[-1] != dim:
-        raise ValueError(
-            f"{name} has {tensor.shape[-1]} value(s) per point (shape {tuple(tensor.shape)}) but the model "
-            f"expects {dim}"
-        )
-
-
-def _merge_mask(
-    name: str, given: ArrayLike | None, padding: Tensor | None, points: Tensor, single: bool
-) -> Tensor | None:
-    """Combine a user mask with the padding mask of a ragged list input; check it fits ``points``
-    ``(B, k, dim)`` and put it on their device."""
-    if given is None:
-        return padding
-    shape = tuple(points.shape[:2])
-    mask = given.detach() if isinstance(given, Tensor) else torch.as_tensor(np.asarray(given))
-    mask = mask.to(points.device)
-    if mask.dtype != torch.bool:
-        if not bool(((mask == 0) | (mask == 1)).all()):
-            raise ValueError(f"{name} must be boolean (True = real point)")
-        mask = mask.bool()
-    if single and mask.ndim == 1:
-        mask = mask[None]
-    if tuple(mask.shape) != shape:
-        raise ValueError(f"{name} has shape {tuple(mask.shape)} but the points have shape {tuple(shape)}")
-    return mask if padding is None else mask & padding
