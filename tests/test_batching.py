@@ -4,7 +4,7 @@ import numpy as np
 import torch
 
 from semiparam import NPTClassifier
-from semiparam.estimators._engine import split_validation, stratified_order
+from semiparam.estimators._sampling import split_validation, stratified_order
 from semiparam.training.config import TrainConfig
 from semiparam.training.trainer import BestCheckpoint
 

@@ -220,7 +220,7 @@ def test_ensemble_classifier_probabilities_are_a_mean_and_sum_to_one():
     np.testing.assert_allclose(proba.sum(1), 1.0, rtol=1e-12)
     X2, _ = _regression(seed=1)
     clf.set_context(X2, np.where(X2["a"] > 0, "hi", "lo"))  # every member's context replaced
-    assert all(m.context is not None and len(m.context.values) == 70 for m in clf.learner_.members)
+    assert all(m.context.n_rows == 70 for m in clf.learner_.members)
 
 
 def test_spin_ensemble_with_time_budget():

@@ -82,7 +82,7 @@ def test_exported_and_uses_spin():
     X, y = _blobs(80)
     clf = SPINClassifier(**FAST).fit(X, y)
     assert clf.learner_.model_name == "spin"
-    assert clf.learner_.context is None  # no training rows kept, only the encoding
+    assert clf.learner_.context.rows is None  # no training rows kept, only the encoding
     assert clf.learner_.train_config.p_target == 0.5 and clf.learner_.train_config.tradeoff_start == 0.5
     proba = clf.predict_proba(X)
     assert proba.shape == (80, 2)
@@ -230,7 +230,7 @@ def test_imputer_with_spin():
         random_state=0,
     )
     filled = imputer.fit_transform(holes)
-    assert imputer.learner_.model_name == "spin" and imputer.learner_.context is None
+    assert imputer.learner_.model_name == "spin" and imputer.learner_.context.rows is None
     assert not filled.isna().any().any()
     rows = holes["b"].isna()
     err = np.mean((filled.loc[rows, "b"] - frame.loc[rows, "b"]) ** 2)

@@ -1,8 +1,10 @@
 """The model-agnostic core behind every table estimator.
 
 ``TableLearner`` owns one fitted table model: its schema and encoder (fitted on training rows
-only), the ``nn.Module``, the context it predicts from, and save/load. Estimators are thin shells
-that turn user input into a DataFrame and a list of target columns and decode the outputs.
+only), the ``nn.Module``, the context it predicts from (a :class:`~._context.PredictionContext`),
+and save/load. Estimators are thin shells that turn user input into a DataFrame and a list of
+target columns and decode the outputs. Which rows each training step sees is
+:mod:`._sampling`'s.
 
 A table model (``models.registry``) provides::
 
@@ -30,11 +32,13 @@ from .._io import ModelFileError, atomic_directory, available_device, read_json,
 from ..data.table import DataValidationError, EncodedTable, TableEncoder, TableSchema
 from ..models.registry import get_model
 from ..nn.columns import CATEGORICAL, ColumnOutputs
-from ..training.checkpoint import TrainingCheckpoint, fingerprint, numpy_rng_state, set_numpy_rng_state
+from ..training.checkpoint import TrainingCheckpoint, fingerprint
 from ..training.config import TrainConfig
 from ..training.losses import cell_losses, gaussian_std
 from ..training.masking import mask_for_inference
-from ..training.trainer import Batch, BestCheckpoint, ProgressBar, Trainer, TrainHistory
+from ..training.trainer import BestCheckpoint, ProgressBar, Trainer, TrainHistory
+from ._context import PredictionContext
+from ._sampling import DuplicateLookup, RowSampler, permute_targets, split_validation, stratified_order
 
 FORMAT_VERSION = 1
 
@@ -44,114 +48,6 @@ def resolve_device(device: str | torch.device) -> torch.device:
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} requested but CUDA is not available")
     return dev
-
-
-def stratified_order(n: int, strata: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
-    """A random permutation of ``range(n)`` in which consecutive chunks keep the strata's shares:
-    shuffle, sort stably by stratum, then deal rows round-robin (row k goes to slot k % n_slots)."""
-    perm = rng.permutation(n)
-    if strata is None:
-        return perm
-    return perm[np.argsort(strata[perm], kind="stable")]
-
-
-def split_validation(
-    n: int, fraction: float, strata: np.ndarray | None, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray]:
-    """(train_idx, val_idx): a stratified hold-out; no hold-out when it would be too small."""
-    n_val = int(math.floor(n * fraction))
-    if fraction <= 0 or n_val < 1 or n - n_val < 2:
-        return np.arange(n), np.zeros(0, dtype=np.int64)
-    order = stratified_order(n, strata, rng)
-    # every (1/fraction)-th row of the stratum-sorted order: keeps class shares
-    step = n / n_val
-    val_pos = np.unique(np.floor(np.arange(n_val) * step + rng.uniform(0, step)).astype(np.int64))
-    val_pos = val_pos[val_pos < n]
-    val = order[val_pos]
-    train = np.setdiff1d(np.arange(n), val)
-    return train, np.sort(val)
-
-
-class _RowSampler:
-    """The rows of each training step: the whole table when it fits in one batch, else a fresh
-    stratified deal of the rows into batches every epoch. Its state (generator, the rest of the
-    epoch) goes into training checkpoints."""
-
-    def __init__(
-        self,
-        values: torch.Tensor,
-        missing: torch.Tensor,
-        labelled: torch.Tensor,
-        batch_size: int,
-        strata: np.ndarray | None,
-        rng: np.random.Generator,
-    ) -> None:
-        self.values, self.missing, self.labelled = values, missing, labelled
-        self.n_rows = len(values)
-        self.n_batches = max(1, math.ceil(self.n_rows / batch_size))
-        self.strata, self.rng = strata, rng
-        self.epoch_batches: list[np.ndarray] = []
-
-    def __call__(self, step: int) -> Batch:
-        if self.n_batches == 1:
-            return Batch(self.values, self.missing, self.labelled)
-        if not self.epoch_batches:  # new epoch: a fresh stratified deal of rows into batches
-            order = stratified_order(self.n_rows, self.strata, self.rng)
-            self.epoch_batches.extend(order[k :: self.n_batches] for k in range(self.n_batches))
-        idx = torch.as_tensor(self.epoch_batches.pop(), device=self.values.device)
-        return Batch(self.values[idx], self.missing[idx], self.labelled[idx])
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "rng": numpy_rng_state(self.rng),
-            "epoch_batches": [torch.as_tensor(b) for b in self.epoch_batches],
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        set_numpy_rng_state(self.rng, state["rng"])
-        self.epoch_batches = [b.cpu().numpy() for b in state["epoch_batches"]]
-
-
-def _permute_targets(values: Any, missing: Any, target_j: Sequence[int], perm: Any) -> tuple[Any, Any]:
-    """Copies of ``values``/``missing`` (numpy or torch, (n, d)) whose target cells are those of
-    the rows ``perm``: labels reassigned at random across rows."""
-    copy_of = (lambda a: a.clone()) if isinstance(values, torch.Tensor) else (lambda a: a.copy())
-    values, missing = copy_of(values), copy_of(missing)
-    for j in target_j:
-        values[:, j] = values[perm, j]
-        missing[:, j] = missing[perm, j]
-    return values, missing
-
-
-class _DuplicateLookup:
-    """The NPT paper's semi-synthetic lookup task (section 4.2, spec-npt 6.4) around a row
-    sampler: each step's rows (targets hidden and scored), then a copy of them shown whole
-    (``Batch.revealed``), from which the hidden targets can be copied. With ``shuffle`` the target
-    cells are first permuted across the step's rows, so that copying is the only way to predict
-    them. Its random state is the row sampler's generator, checkpointed with it."""
-
-    def __init__(self, rows: _RowSampler, target_j: Sequence[int], shuffle: bool) -> None:
-        self.rows, self.target_j, self.shuffle = rows, list(target_j), shuffle
-
-    def __call__(self, step: int) -> Batch:
-        batch = self.rows(step)
-        values, missing = batch.values, batch.missing
-        if self.shuffle:
-            perm = torch.as_tensor(self.rows.rng.permutation(len(values)), device=values.device)
-            values, missing = _permute_targets(values, missing, self.target_j, perm)
-        revealed = torch.arange(2 * len(values), device=values.device) >= len(values)
-        return Batch(
-            torch.cat([values, values]),
-            torch.cat([missing, missing]),
-            torch.cat([batch.labelled, batch.labelled]),
-            revealed,
-        )
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.rows.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.rows.load_state_dict(state)
 
 
 class TableLearner:
@@ -175,10 +71,8 @@ class TableLearner:
         self.verbose = verbose
         self.encoder: TableEncoder | None = None
         self.module: torch.nn.Module | None = None
-        self.context: EncodedTable | None = None
-        self.context_index: np.ndarray | None = None
+        self.context: PredictionContext | None = None  # set by fit, set_context and load
         self.history: TrainHistory | None = None
-        self._context_state: Any = None
         self.temperatures: dict[str, float] = {}  # categorical target -> softmax temperature
         self._inference_copy: torch.nn.Module | None = None
 
@@ -188,7 +82,8 @@ class TableLearner:
         assert self.encoder is not None
         return self.encoder.schema
 
-    def _target_mask(self) -> torch.Tensor:
+    def target_mask(self) -> torch.Tensor:
+        """``(d,)`` bool: the target columns."""
         d = len(self.schema.columns)
         mask = torch.zeros(d, dtype=torch.bool, device=self.device)
         mask[self.schema.target_indices] = True
@@ -298,7 +193,7 @@ class TableLearner:
                 [strata[train_idx], np.full(len(train_values) - len(train_idx), -2)]
             )
 
-        sampler: _RowSampler | _DuplicateLookup = _RowSampler(
+        sampler: RowSampler | DuplicateLookup = RowSampler(
             torch.as_tensor(train_values, device=self.device),
             torch.as_tensor(train_missing, device=self.device),
             torch.as_tensor(labelled, device=self.device),
@@ -308,7 +203,7 @@ class TableLearner:
         )
         lookup = cfg.training_task == "duplicate_lookup"
         if lookup:
-            sampler = _DuplicateLookup(sampler, schema.target_indices, cfg.lookup_shuffle_targets)
+            sampler = DuplicateLookup(sampler, schema.target_indices, cfg.lookup_shuffle_targets)
         checkpoint, state = None, None
         if checkpoint_dir is not None:
             checkpoint = TrainingCheckpoint(
@@ -338,14 +233,14 @@ class TableLearner:
                 if lookup:  # each validation row is predicted from its duplicate
                     if cfg.lookup_shuffle_targets:
                         perm = rng.permutation(len(val_idx))
-                        shuffled = _permute_targets(val.values, val.missing, schema.target_indices, perm)
+                        shuffled = permute_targets(val.values, val.missing, schema.target_indices, perm)
                         val = EncodedTable(*shuffled)
                     ctx = val
                 evaluate = lambda: self._target_loss(ctx, val)  # noqa: E731
             trainer = Trainer(
                 self.module,
                 self.schema.layout(),
-                self._target_mask(),
+                self.target_mask(),
                 cfg,
                 callbacks=callbacks,
                 generator=generator,
@@ -368,12 +263,11 @@ class TableLearner:
         return bool(getattr(type(self.module), "keeps_training_rows", True))
 
     def set_context(self, context: EncodedTable) -> None:
-        """Rows predictions attend to. Models that keep rows sample them (stratified, seeded) down
-        to ``max_context_rows``; the others encode all of them now and drop the rows."""
+        """Rows predictions attend to (a new :class:`PredictionContext`). Models that keep rows
+        sample them (stratified, seeded) down to ``max_context_rows``; the others encode all of
+        them now and drop the rows."""
         if not self.keeps_training_rows:
-            self.context = None
-            self.context_index = None
-            self._context_state = self._encode(context)
+            self.context = PredictionContext.encoded(context, self.encode)
             return
         limit = self.train_config.max_context_rows
         keep = np.arange(len(context.values))
@@ -382,9 +276,7 @@ class TableLearner:
             order = stratified_order(len(context.values), self._strata(context), rng)
             keep = np.sort(order[np.linspace(0, len(order) - 1, limit).astype(np.int64)])
             context = EncodedTable(context.values[keep], context.missing[keep])
-        self.context = context
-        self.context_index = keep  # positions of the context rows among the rows given
-        self._context_state = None
+        self.context = PredictionContext(context, keep)  # keep: their positions among the rows given
 
     def refresh_context(self, frame: pd.DataFrame) -> None:
         """Replace the context with the rows of ``frame`` (all schema columns), without retraining."""
@@ -392,14 +284,16 @@ class TableLearner:
         self.set_context(self.encoder.transform(frame))
 
     # -- prediction ---------------------------------------------------------------------------
-    def _context_inputs(self, context: EncodedTable) -> tuple[torch.Tensor, torch.Tensor]:
+    def context_inputs(self, context: EncodedTable) -> tuple[torch.Tensor, torch.Tensor]:
+        """The model's inputs for context rows: target cells shown only to a model trained to
+        read them."""
         values = torch.as_tensor(context.values, device=self.device)
         missing = torch.as_tensor(context.missing, device=self.device)
         # Training labels are visible context only if the model was trained to read them
         # (stochastic target masking, or the lookup task); with p_target = 1 the model never saw
         # a label as input.
         reads = self.train_config.reads_context_labels
-        hide = torch.zeros_like(self._target_mask()) if reads else self._target_mask()
+        hide = torch.zeros_like(self.target_mask()) if reads else self.target_mask()
         return mask_for_inference(values, missing, hide_columns=hide)
 
     def inference_module(self) -> torch.nn.Module:
@@ -414,23 +308,26 @@ class TableLearner:
         return self._inference_copy
 
     @torch.no_grad()
-    def _encode(self, context: EncodedTable, module: torch.nn.Module | None = None) -> Any:
+    def encode(self, context: EncodedTable, module: torch.nn.Module | None = None) -> Any:
+        """The model's encoding of context rows (``encode_context``), by default with the
+        inference module."""
         module = module or self.inference_module()
         module.eval()
         dtype = next(module.parameters()).dtype
-        values, hidden = self._context_inputs(context)
+        values, hidden = self.context_inputs(context)
         return module.encode_context(values.to(dtype), hidden)
 
     @torch.no_grad()
-    def _query_outputs(
+    def query_outputs(
         self, queries: EncodedTable, state: Any, module: torch.nn.Module | None = None
     ) -> ColumnOutputs:
+        """Raw outputs for encoded query rows predicted from an encoded context ``state``."""
         module = module or self.inference_module()
         module.eval()
         dtype = next(module.parameters()).dtype
         pieces: list[ColumnOutputs] = []
         bs = self.train_config.predict_batch_size
-        hide = self._target_mask()
+        hide = self.target_mask()
         for start in range(0, len(queries.values), bs):
             values = torch.as_tensor(queries.values[start : start + bs], device=self.device)
             missing = torch.as_tensor(queries.missing[start : start + bs], device=self.device)
@@ -451,7 +348,7 @@ class TableLearner:
         from scipy.optimize import minimize_scalar
 
         assert self.module is not None
-        outputs = self._query_outputs(queries, self._encode(context, self.module), self.module)
+        outputs = self.query_outputs(queries, self.encode(context, self.module), self.module)
         layout = self.schema.layout()
         for j in self.schema.target_indices:
             if layout.kinds[j] != CATEGORICAL:
@@ -474,20 +371,19 @@ class TableLearner:
         """Mean target loss of ``queries`` predicted from ``context`` (validation)."""
         assert self.module is not None
         was_training = self.module.training
-        outputs = self._query_outputs(queries, self._encode(context, self.module), self.module)
+        outputs = self.query_outputs(queries, self.encode(context, self.module), self.module)
         true = torch.as_tensor(queries.values, device=self.device)
-        scored = ~torch.as_tensor(queries.missing, device=self.device) & self._target_mask()
+        scored = ~torch.as_tensor(queries.missing, device=self.device) & self.target_mask()
         losses = cell_losses(outputs, true, self.schema.layout())
         if was_training:
             self.module.train()
         return float((losses * scored).sum() / scored.sum().clamp(min=1))
 
     def context_state(self) -> Any:
-        if self._context_state is None:
-            if self.context is None:  # pragma: no cover - fit always sets one
-                raise RuntimeError("the model has no context; fit it first")
-            self._context_state = self._encode(self.context)
-        return self._context_state
+        """The encoding of the context, computed once (:meth:`PredictionContext.encoding`)."""
+        if self.context is None:  # pragma: no cover - fit always sets one
+            raise RuntimeError("the model has no context; fit it first")
+        return self.context.encoding(self.encode)
 
     def predict_outputs(
         self, frame: pd.DataFrame | EncodedTable, *, absent: Sequence[str] = ()
@@ -495,7 +391,7 @@ class TableLearner:
         """Raw outputs for the query rows ``frame`` (a table, or one already encoded)."""
         assert self.encoder is not None
         queries = frame if isinstance(frame, EncodedTable) else self.encoder.transform(frame, absent=absent)
-        return self._query_outputs(queries, self.context_state())
+        return self.query_outputs(queries, self.context_state())
 
     def predict_columns(
         self, frame: pd.DataFrame | EncodedTable, columns: Sequence[str], *, absent: Sequence[str] = ()
@@ -551,7 +447,7 @@ class TableLearner:
         (weights) and ``context.safetensors`` (the encoded context rows). No pickle. The files go
         to a hidden sibling directory renamed to ``path`` when complete; an existing ``path``
         raises :class:`FileExistsError` unless ``overwrite``, and survives any failed save."""
-        if self.module is None or (self.context is None and self._context_state is None):
+        if self.module is None or self.context is None:
             raise RuntimeError("nothing to save: the model is not fitted")
         path = Path(path)
         with atomic_directory(path, overwrite=overwrite) as tmp:
@@ -564,17 +460,9 @@ class TableLearner:
         (path / "semiparam.json").write_text(json.dumps(meta, indent=2, default=_json_default))
         weights = {k: v.detach().cpu().contiguous() for k, v in self.module.state_dict().items()}
         save_file(weights, str(path / "model.safetensors"))
-        if self.keeps_training_rows:
-            assert self.context is not None
-            context = {
-                "values": torch.as_tensor(self.context.values),
-                "missing": torch.as_tensor(self.context.missing),
-            }
-            if self.context_index is not None:  # which of the given rows they are (explanations)
-                context["index"] = torch.as_tensor(self.context_index, dtype=torch.int64)
-        else:  # only the encoding: the saved model holds no training row
-            state = self.module.state_to_tensors(self.context_state())
-            context = {k: v.detach().cpu().contiguous() for k, v in state.items()}
+        assert self.context is not None
+        # the rows (NPT), or only their encoding: then the saved model holds no training row
+        context = self.context.to_tensors(getattr(self.module, "state_to_tensors", None))
         save_file(context, str(path / "context.safetensors"))
         return path
 
@@ -605,13 +493,12 @@ class TableLearner:
         except RuntimeError as err:  # missing or mis-shaped tensors
             raise ModelFileError(f"{weights_file}: weights do not match {meta_file}: {err}") from err
         learner.module.eval()
-        if learner.keeps_training_rows:
-            ctx = read_tensors(path / "context.safetensors", load_file)
-            learner.context = EncodedTable(ctx["values"].numpy(), ctx["missing"].numpy())
-            learner.context_index = ctx["index"].numpy() if "index" in ctx else None
-        else:
-            ctx = read_tensors(path / "context.safetensors", load_file, device=str(learner.device))
-            learner._context_state = learner.module.state_from_tensors(ctx)
+        keeps_rows = learner.keeps_training_rows
+        device = "cpu" if keeps_rows else str(learner.device)  # rows stay on the CPU until used
+        ctx = read_tensors(path / "context.safetensors", load_file, device=device)
+        learner.context = PredictionContext.from_tensors(
+            ctx, keeps_rows=keeps_rows, state_from_tensors=getattr(learner.module, "state_from_tensors", None)
+        )
         return learner, meta["estimator"]
 
 

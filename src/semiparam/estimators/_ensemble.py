@@ -30,6 +30,7 @@ from .._io import atomic_directory
 from ..data.table import EncodedTable, TableEncoder, TableSchema
 from ..training.config import TrainConfig
 from ..training.trainer import TrainHistory
+from ._context import PredictionContext
 from ._engine import FORMAT_VERSION, TableLearner, _json_default, read_model_meta
 
 ENSEMBLE_FORMAT = "ensemble-1"
@@ -144,7 +145,8 @@ class EnsembleLearner:
         return self.members[0].module
 
     @property
-    def context(self) -> EncodedTable | None:
+    def context(self) -> PredictionContext | None:
+        """Member 0's context (every member's holds the same rows)."""
         return self.members[0].context
 
     @property

@@ -30,6 +30,7 @@ from ..data.table import EncodedTable
 from ..models.npt import NPT
 from ..models.spin import SPIN
 from ..training.masking import mask_for_inference
+from ._context import PredictionContext
 
 ROW_METHODS = ("attention", "deletion")
 DELETIONS = ("row", "target")
@@ -81,17 +82,13 @@ class _Explainer:
         else:
             self.contexts = []
             for m in self.members:
-                if m.context is None:
-                    self.contexts.append(None)
-                else:
-                    index = m.context_index
-                    if index is None:
-                        index = np.arange(len(m.context.values))
-                    self.contexts.append((m.context, index))
+                ctx = m.context
+                self.contexts.append(None if ctx is None or ctx.rows is None else (ctx.rows, ctx.positions()))
             sizes = [int(c[1].max()) + 1 for c in self.contexts if c is not None and len(c[1])]
             self.n_context = max(sizes) if sizes else 0
         self.given_context = context is not None
-        self._given_states: dict[int, Any] = {}
+        # a given context, per member (each encodes it with its own weights, once per explainer)
+        self._given = [PredictionContext(*c) for c in self.contexts] if self.given_context else []  # type: ignore[misc]
 
     # -- inputs ---------------------------------------------------------------------------------
     def queries(self, X: Any) -> EncodedTable:
@@ -114,17 +111,15 @@ class _Explainer:
         """Member k's encoded context: its own, or that of ``context``."""
         m = self.members[k]
         if context is not None:
-            return m._encode(context)
+            return m.encode(context)
         if self.given_context:
-            if k not in self._given_states:  # encoded once per explainer
-                self._given_states[k] = m._encode(self.contexts[k][0])  # type: ignore[index]
-            return self._given_states[k]
+            return self._given[k].encoding(m.encode)
         return m.context_state()
 
     def member_predict(self, k: int, queries: EncodedTable, state: Any) -> np.ndarray:
         """Member k's prediction of the target: (n, C) probabilities or (n,) means."""
         m = self.members[k]
-        decoded = m.decode_outputs(m._query_outputs(queries, state), [self.target])[self.target]
+        decoded = m.decode_outputs(m.query_outputs(queries, state), [self.target])[self.target]
         return decoded["proba"] if self.categorical else decoded["mean"]
 
     def predict(
@@ -181,10 +176,10 @@ class _Explainer:
         dtype = next(module.parameters()).dtype
         qv = torch.as_tensor(queries.values, device=m.device).to(dtype)
         qm = torch.as_tensor(queries.missing, device=m.device)
-        q = mask_for_inference(qv, qm, hide_columns=m._target_mask())
+        q = mask_for_inference(qv, qm, hide_columns=m.target_mask())
         c = None
         if context is not None:
-            cv, ch = m._context_inputs(context)
+            cv, ch = m.context_inputs(context)
             c = (cv.to(dtype), ch)
         return module, q, c
 

@@ -1,0 +1,124 @@
+"""Which rows each training step sees: a stratified hold-out for validation
+(:func:`split_validation`), the rows of every step (:class:`RowSampler`: the whole table, or
+stratified batches dealt afresh each epoch) and the NPT paper's duplicate-lookup task around it
+(:class:`DuplicateLookup`). Their random state goes into training checkpoints."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..training.checkpoint import numpy_rng_state, set_numpy_rng_state
+from ..training.trainer import Batch
+
+
+def stratified_order(n: int, strata: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
+    """A random permutation of ``range(n)`` in which consecutive chunks keep the strata's shares:
+    shuffle, sort stably by stratum, then deal rows round-robin (row k goes to slot k % n_slots)."""
+    perm = rng.permutation(n)
+    if strata is None:
+        return perm
+    return perm[np.argsort(strata[perm], kind="stable")]
+
+
+def split_validation(
+    n: int, fraction: float, strata: np.ndarray | None, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """(train_idx, val_idx): a stratified hold-out; no hold-out when it would be too small."""
+    n_val = int(math.floor(n * fraction))
+    if fraction <= 0 or n_val < 1 or n - n_val < 2:
+        return np.arange(n), np.zeros(0, dtype=np.int64)
+    order = stratified_order(n, strata, rng)
+    # every (1/fraction)-th row of the stratum-sorted order: keeps class shares
+    step = n / n_val
+    val_pos = np.unique(np.floor(np.arange(n_val) * step + rng.uniform(0, step)).astype(np.int64))
+    val_pos = val_pos[val_pos < n]
+    val = order[val_pos]
+    train = np.setdiff1d(np.arange(n), val)
+    return train, np.sort(val)
+
+
+class RowSampler:
+    """The rows of each training step: the whole table when it fits in one batch, else a fresh
+    stratified deal of the rows into batches every epoch. Its state (generator, the rest of the
+    epoch) goes into training checkpoints."""
+
+    def __init__(
+        self,
+        values: torch.Tensor,
+        missing: torch.Tensor,
+        labelled: torch.Tensor,
+        batch_size: int,
+        strata: np.ndarray | None,
+        rng: np.random.Generator,
+    ) -> None:
+        self.values, self.missing, self.labelled = values, missing, labelled
+        self.n_rows = len(values)
+        self.n_batches = max(1, math.ceil(self.n_rows / batch_size))
+        self.strata, self.rng = strata, rng
+        self.epoch_batches: list[np.ndarray] = []
+
+    def __call__(self, step: int) -> Batch:
+        if self.n_batches == 1:
+            return Batch(self.values, self.missing, self.labelled)
+        if not self.epoch_batches:  # new epoch: a fresh stratified deal of rows into batches
+            order = stratified_order(self.n_rows, self.strata, self.rng)
+            self.epoch_batches.extend(order[k :: self.n_batches] for k in range(self.n_batches))
+        idx = torch.as_tensor(self.epoch_batches.pop(), device=self.values.device)
+        return Batch(self.values[idx], self.missing[idx], self.labelled[idx])
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "rng": numpy_rng_state(self.rng),
+            "epoch_batches": [torch.as_tensor(b) for b in self.epoch_batches],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        set_numpy_rng_state(self.rng, state["rng"])
+        self.epoch_batches = [b.cpu().numpy() for b in state["epoch_batches"]]
+
+
+def permute_targets(values: Any, missing: Any, target_j: Sequence[int], perm: Any) -> tuple[Any, Any]:
+    """Copies of ``values``/``missing`` (numpy or torch, (n, d)) whose target cells are those of
+    the rows ``perm``: labels reassigned at random across rows."""
+    copy_of = (lambda a: a.clone()) if isinstance(values, torch.Tensor) else (lambda a: a.copy())
+    values, missing = copy_of(values), copy_of(missing)
+    for j in target_j:
+        values[:, j] = values[perm, j]
+        missing[:, j] = missing[perm, j]
+    return values, missing
+
+
+class DuplicateLookup:
+    """The NPT paper's semi-synthetic lookup task (section 4.2, spec-npt 6.4) around a row
+    sampler: each step's rows (targets hidden and scored), then a copy of them shown whole
+    (``Batch.revealed``), from which the hidden targets can be copied. With ``shuffle`` the target
+    cells are first permuted across the step's rows, so that copying is the only way to predict
+    them. Its random state is the row sampler's generator, checkpointed with it."""
+
+    def __init__(self, rows: RowSampler, target_j: Sequence[int], shuffle: bool) -> None:
+        self.rows, self.target_j, self.shuffle = rows, list(target_j), shuffle
+
+    def __call__(self, step: int) -> Batch:
+        batch = self.rows(step)
+        values, missing = batch.values, batch.missing
+        if self.shuffle:
+            perm = torch.as_tensor(self.rows.rng.permutation(len(values)), device=values.device)
+            values, missing = permute_targets(values, missing, self.target_j, perm)
+        revealed = torch.arange(2 * len(values), device=values.device) >= len(values)
+        return Batch(
+            torch.cat([values, values]),
+            torch.cat([missing, missing]),
+            torch.cat([batch.labelled, batch.labelled]),
+            revealed,
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.rows.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.rows.load_state_dict(state)
