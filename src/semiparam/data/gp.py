@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 import torch
 from torch import Tensor
+from torch.distributions import Normal
 
 from .tasks import TaskBatch, load_task_batches, save_task_batches
 
@@ -256,5 +257,5 @@ def gp_log_likelihood(batch: TaskBatch, kernel: str, noise_std: float) -> Tensor
     v = torch.linalg.solve_triangular(chol, k_tc.transpose(1, 2), upper=False)  # (B, m, n)
     prior_var = params["scale"][:, None] ** 2  # k(x, x) for all three kernels
     var = prior_var - (v**2).sum(1) + noise_std**2  # (B, n)
-    ll = -0.5 * (math.log(2 * math.pi) + var.log() + (ty[..., 0] - mean) ** 2 / var)
+    ll = Normal(mean, var.sqrt(), validate_args=False).log_prob(ty[..., 0])
     return torch.where(tmask, ll, torch.full_like(ll, float("nan"))).float()

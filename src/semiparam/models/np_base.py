@@ -34,6 +34,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.distributions import Normal, kl_divergence
 
 from .._config import ConfigError, FrozenConfig
 from ..nn.attention import MAB, MultiheadAttention
@@ -84,8 +85,7 @@ def masked_mean(tokens: Tensor, mask: Tensor | None) -> Tensor:
 
 def gaussian_log_prob(y: Tensor, mean: Tensor, std: Tensor) -> Tensor:
     """log N(y; mean, std^2) summed over the last (y_dim) axis: ``(..., n, y_dim) -> (..., n)``."""
-    z = (y - mean) / std
-    return (-0.5 * math.log(2 * math.pi) - std.log() - 0.5 * z**2).sum(dim=-1)
+    return Normal(mean, std, validate_args=False).log_prob(y).sum(dim=-1)
 
 
 def output_std(raw: Tensor) -> Tensor:
@@ -417,8 +417,8 @@ class NeuralProcess(nn.Module):
             kl = _normal_kl(post_mu, post_sigma, prior_mu, prior_sigma)  # (B,)
             bound = ll.mean(dim=0) - kl
         elif objective == "iwae":
-            log_prior = _normal_log_prob(z, prior_mu, prior_sigma)  # (S, B)
-            log_post = _normal_log_prob(z, post_mu, post_sigma)
+            log_prior = gaussian_log_prob(z, prior_mu, prior_sigma)  # (S, B)
+            log_post = gaussian_log_prob(z, post_mu, post_sigma)
             bound = logmeanexp(ll + log_prior - log_post, dim=0)
         else:
             raise ValueError(f"objective must be 'elbo' or 'iwae', got {objective!r}")
@@ -439,9 +439,5 @@ def _cat_masks(
 
 def _normal_kl(mu_q: Tensor, sigma_q: Tensor, mu_p: Tensor, sigma_p: Tensor) -> Tensor:
     """KL(N(mu_q, sigma_q^2) || N(mu_p, sigma_p^2)) summed over the last axis."""
-    ratio = (sigma_q / sigma_p) ** 2
-    return 0.5 * (ratio + ((mu_q - mu_p) / sigma_p) ** 2 - 1.0 - ratio.log()).sum(dim=-1)
-
-
-def _normal_log_prob(z: Tensor, mu: Tensor, sigma: Tensor) -> Tensor:
-    return gaussian_log_prob(z, mu, sigma)
+    q = Normal(mu_q, sigma_q, validate_args=False)
+    return kl_divergence(q, Normal(mu_p, sigma_p, validate_args=False)).sum(dim=-1)

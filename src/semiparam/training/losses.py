@@ -8,11 +8,9 @@ continuous cells pooled; the total is ``(1 - lam) * targets + lam * features``.
 
 from __future__ import annotations
 
-import math
-
-import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.distributions import Normal
 
 from ..nn.columns import ColumnLayout, ColumnOutputs
 
@@ -37,7 +35,7 @@ def cell_losses(
         mean = outputs.continuous[..., 0]
         if outputs.continuous.shape[-1] == 2:
             std = gaussian_std(outputs.continuous[..., 1])
-            losses[:, cont] = 0.5 * math.log(2 * math.pi) + torch.log(std) + 0.5 * ((y - mean) / std) ** 2
+            losses[:, cont] = -Normal(mean, std, validate_args=False).log_prob(y)
         else:
             losses[:, cont] = (mean - y) ** 2
     for j, logits in zip(layout.categorical, outputs.categorical):
