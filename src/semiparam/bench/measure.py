@@ -221,24 +221,27 @@ def _imported_modules(root: Path, path: Path) -> Iterator[list[str]]:
 
 def import_closure(root: Path, modules: tuple[str, ...]) -> list[Path]:
     """The files of ``modules`` (dotted names, e.g. ``"semiparam.genomics"``) under the package
-    folder ``root`` and of every semiparam module they import, directly or not, with the
-    ``__init__`` of each package on the way (Python runs them on import), sorted."""
+    folder ``root`` and of every semiparam module they import, directly or not, sorted. The
+    ``__init__`` of each package on the way is included too (Python runs it on import), but what it
+    imports is followed only when the package itself is imported: ``semiparam/__init__.py`` brings
+    in the table models, which compute nothing for ``semiparam.genomics``."""
     todo = []
     for name in modules:
         parts = name.split(".")
         if parts[0] != "semiparam" or (found := _module_file(root, parts[1:])) is None:
             raise ValueError(f"no semiparam module {name!r} under {root}")
         todo.append(found)
-    seen: set[Path] = set()
+    followed: set[Path] = set()
+    parents: set[Path] = set()
     while todo:
         path = todo.pop()
-        if path in seen:
+        if path in followed:
             continue
-        seen.add(path)
+        followed.add(path)
         parts = list(path.relative_to(root).with_suffix("").parts)
-        todo.extend(f for i in range(len(parts)) if (f := _module_file(root, parts[:i])) is not None)
+        parents.update(f for i in range(len(parts)) if (f := _module_file(root, parts[:i])) is not None)
         todo.extend(f for m in _imported_modules(root, path) if (f := _module_file(root, m)) is not None)
-    return sorted(seen)
+    return sorted(followed | parents)
 
 
 def code_hash(

@@ -101,10 +101,10 @@ def _jsonable(value: Any) -> Any:
 
 def _record_fingerprint(plan: SuitePlan, dplan: DatasetPlan, model: str) -> str:
     """What a (dataset, model) result depends on: its dataset plan, the model's settings, the seed
-    and the version of the code that fits it: for a library model the hash of semiparam's code
-    (which holds its presets, so preset name + code hash fix every resolved setting), for a
-    baseline its library's version. Results whose fingerprint matches are reused, so models can be
-    run in separate calls; any change to the code makes the library models' results stale."""
+    and the version of the code that fits it: for a library model the hash of the table models'
+    code (which holds the presets, so preset name + code hash fix every resolved setting), for a
+    baseline its library's version and the code of its search. Results whose fingerprint matches
+    are reused, so models can be run in separate calls; a change to that code makes them stale."""
     dataset = dataclasses.asdict(dplan)
     dataset.pop("folds")  # how many folds run does not change any one fold's result
     setting: dict[str, Any] = {"dataset": dataset, "model": model, "seed": plan.seed}
@@ -114,6 +114,8 @@ def _record_fingerprint(plan: SuitePlan, dplan: DatasetPlan, model: str) -> str:
         setting["code"] = code_hash()
     else:
         setting["library_version"] = library_version(BASELINES[model].requires or "sklearn")
+        # the search (spaces, sampler, preprocessing) is semiparam's code: its changes make it stale
+        setting["search_code"] = code_hash(modules=("semiparam.bench.baselines",))
     text = json.dumps(setting, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
