@@ -21,6 +21,7 @@ BENCHMARKS = REPO / "benchmarks"
 LAYERS: dict[str, int] = {
     "semiparam._config": 0,
     "semiparam._io": 0,
+    "semiparam._measure": 0,
     "semiparam.data": 1,
     "semiparam.datasets": 1,  # the public face of semiparam.data.datasets
     "semiparam.nn": 2,

@@ -1,10 +1,5 @@
-"""Wall time and peak resident memory of a block of code, a description of the machine, and the
-version of the code that ran (:func:`code_hash`).
-
-Peak memory is the process's resident set size high-water mark (``VmHWM``) while the block runs.
-On Linux the mark is reset before the block (``/proc/self/clear_refs``), so the number belongs to
-that block alone; elsewhere a sampling thread (psutil, every 20 ms) stands in. Reported as the
-absolute peak and as the peak above the resident size when the block started.
+"""A description of the machine and the version of the code that ran (:func:`code_hash`), beside
+the timing and memory probe of :mod:`semiparam._measure` (re-exported here for the benchmarks).
 """
 
 from __future__ import annotations
@@ -14,101 +9,12 @@ import hashlib
 import os
 import platform
 import re
-import threading
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-_STATUS = Path("/proc/self/status")
-_CLEAR = Path("/proc/self/clear_refs")
-
-
-def _status_kb(field: str) -> int | None:
-    try:
-        match = re.search(rf"^{field}:\s+(\d+)\s+kB", _STATUS.read_text(), re.MULTILINE)
-    except OSError:
-        return None
-    return int(match.group(1)) if match else None
-
-
-def _rss_bytes() -> int:
-    kb = _status_kb("VmRSS")
-    if kb is not None:
-        return kb * 1024
-    try:
-        import psutil
-
-        return int(psutil.Process().memory_info().rss)
-    except ImportError:
-        return 0
-
-
-def _reset_peak() -> bool:
-    try:
-        _CLEAR.write_text("5")
-    except OSError:
-        return False
-    return _status_kb("VmHWM") is not None
-
-
-@dataclass
-class Measurement:
-    seconds: float = 0.0
-    cpu_seconds: float = 0.0  # CPU time of the process (all threads): less sensitive to other users
-    peak_rss_mb: float = float("nan")
-    start_rss_mb: float = float("nan")
-    method: str = ""
-
-    @property
-    def peak_above_start_mb(self) -> float:
-        return self.peak_rss_mb - self.start_rss_mb
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "seconds": self.seconds,
-            "cpu_seconds": self.cpu_seconds,
-            "peak_rss_mb": self.peak_rss_mb,
-            "peak_above_start_mb": self.peak_above_start_mb,
-            "memory_method": self.method,
-        }
-
-
-@contextmanager
-def measure() -> Iterator[Measurement]:
-    """``with measure() as m: ...`` fills ``m.seconds`` and ``m.peak_rss_mb`` on exit."""
-    m = Measurement()
-    m.start_rss_mb = _rss_bytes() / 2**20
-    sampler: threading.Thread | None = None
-    stop = threading.Event()
-    peak = [m.start_rss_mb]
-    if _reset_peak():
-        m.method = "VmHWM after clear_refs"
-    else:
-        m.method = "RSS sampled every 20 ms"
-
-        def sample() -> None:
-            while not stop.wait(0.02):
-                peak[0] = max(peak[0], _rss_bytes() / 2**20)
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-    start = time.perf_counter()
-    cpu_start = time.process_time()
-    try:
-        yield m
-    finally:
-        m.seconds = time.perf_counter() - start
-        m.cpu_seconds = time.process_time() - cpu_start
-        if sampler is not None:
-            stop.set()
-            sampler.join()
-            m.peak_rss_mb = max(peak[0], _rss_bytes() / 2**20)
-        else:
-            m.peak_rss_mb = (_status_kb("VmHWM") or 0) / 1024
+from .._measure import Measurement, measure, peak_rss_mb
 
 
 def machine_info() -> dict[str, Any]:
@@ -289,3 +195,16 @@ def library_version(module: str) -> str | None:
         return str(__import__(module).__version__)
     except Exception:  # noqa: BLE001 - an optional package may be absent or broken
         return None
+
+
+__all__ = [
+    "Measurement",
+    "PRESENTATION_ONLY",
+    "TABLE_MODELS",
+    "code_hash",
+    "import_closure",
+    "library_version",
+    "machine_info",
+    "measure",
+    "peak_rss_mb",
+]

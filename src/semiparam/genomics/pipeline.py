@@ -19,7 +19,6 @@ file) when given; every other panel site is imputed.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -28,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from .._measure import peak_rss_mb as peak_memory_mb
 from ..data.vcf import (
     GenotypeData,
     VariantSites,
@@ -157,22 +157,6 @@ def align_targets(
             + (f"; e.g. {report.examples}" if report.examples else "")
         )
     return AlignedTargets(list(target.samples), alleles, phased, typed, report)
-
-
-def peak_memory_mb() -> float:
-    """Peak resident memory of this process so far, in MiB (Linux/macOS; elsewhere, e.g. Windows
-    which has no ``resource`` module, the current resident memory from psutil, or 0 without it)."""
-    try:
-        import resource
-    except ImportError:
-        try:
-            import psutil
-        except ImportError:
-            return 0.0
-        info = psutil.Process().memory_info()
-        return float(getattr(info, "peak_wset", info.rss)) / (1024 * 1024)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 
 
 def impute_vcf(
