@@ -216,3 +216,27 @@ def test_cli_fit_resume(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert json.loads((run / "metrics.json").read_text())["history"]["members"] == members
     assert main(base) == 2  # an existing run needs --force
     assert main([*base, "--force"]) == 0
+
+
+def test_two_fits_in_two_threads_match_each_fitted_alone() -> None:
+    # weights come from the global generator under a lock, dropout and masking from each fit's own
+    # generators: a fit running beside another draws what it draws alone, and the caller's global
+    # random state is left as it was
+    from concurrent.futures import ThreadPoolExecutor
+
+    X, y = regression_table()
+
+    def fit(seed: int) -> np.ndarray:
+        model = NPTRegressor(
+            max_steps=40, model_options=MODEL, n_estimators=1, random_state=seed, verbose=False
+        )
+        return model.fit(X, y).predict(X)
+
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    alone = [fit(0), fit(1)]
+    assert torch.equal(torch.get_rng_state(), before)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        together = list(pool.map(fit, [0, 1, 0, 1]))
+    for k, preds in enumerate(together):
+        np.testing.assert_array_equal(preds, alone[k % 2])

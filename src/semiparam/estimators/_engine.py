@@ -36,6 +36,7 @@ from ..training.checkpoint import TrainingCheckpoint, fingerprint
 from ..training.config import TrainConfig
 from ..training.losses import cell_losses, gaussian_std
 from ..training.masking import mask_for_inference
+from ..training.seeding import seeded_build
 from ..training.trainer import BestCheckpoint, ProgressBar, Trainer, TrainHistory
 from ._context import PredictionContext
 from ._sampling import DuplicateLookup, RowSampler, permute_targets, split_validation, stratified_order
@@ -219,33 +220,31 @@ class TableLearner:
                 )
             state = checkpoint.read(map_location=self.device) if resume else None
 
-        fork_devices = [self.device.index or 0] if self.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=fork_devices):
-            torch.manual_seed(self.seed)
-            self.module = self._build_module()
-            generator = torch.Generator(device=self.device).manual_seed(self.seed)
-            callbacks: list[Any] = [ProgressBar(self.verbose, f"{self.model_name} fit")]
-            evaluate = None
-            if len(val_idx):
-                callbacks.append(BestCheckpoint(cfg.patience, cfg.smoothing))
-                val = EncodedTable(enc.values[val_idx], enc.missing[val_idx])
-                ctx = EncodedTable(enc.values[train_idx], enc.missing[train_idx])
-                if lookup:  # each validation row is predicted from its duplicate
-                    if cfg.lookup_shuffle_targets:
-                        perm = rng.permutation(len(val_idx))
-                        shuffled = permute_targets(val.values, val.missing, schema.target_indices, perm)
-                        val = EncodedTable(*shuffled)
-                    ctx = val
-                evaluate = lambda: self._target_loss(ctx, val)  # noqa: E731
-            trainer = Trainer(
-                self.module,
-                self.schema.layout(),
-                self.target_mask(),
-                cfg,
-                callbacks=callbacks,
-                generator=generator,
-            )
-            self.history = trainer.fit(sampler, evaluate, checkpoint=checkpoint, resume=state)
+        self.module, dropout_generator = seeded_build(self._build_module, self.seed, self.device)
+        generator = torch.Generator(device=self.device).manual_seed(self.seed)
+        callbacks: list[Any] = [ProgressBar(self.verbose, f"{self.model_name} fit")]
+        evaluate = None
+        if len(val_idx):
+            callbacks.append(BestCheckpoint(cfg.patience, cfg.smoothing))
+            val = EncodedTable(enc.values[val_idx], enc.missing[val_idx])
+            ctx = EncodedTable(enc.values[train_idx], enc.missing[train_idx])
+            if lookup:  # each validation row is predicted from its duplicate
+                if cfg.lookup_shuffle_targets:
+                    perm = rng.permutation(len(val_idx))
+                    shuffled = permute_targets(val.values, val.missing, schema.target_indices, perm)
+                    val = EncodedTable(*shuffled)
+                ctx = val
+            evaluate = lambda: self._target_loss(ctx, val)  # noqa: E731
+        trainer = Trainer(
+            self.module,
+            self.schema.layout(),
+            self.target_mask(),
+            cfg,
+            callbacks=callbacks,
+            generator=generator,
+            dropout_generator=dropout_generator,
+        )
+        self.history = trainer.fit(sampler, evaluate, checkpoint=checkpoint, resume=state)
         self._inference_copy = None
         self.temperatures = {}
         if cfg.calibrate and len(val_idx):

@@ -38,6 +38,7 @@ from ..models.canp import CANPConfig, CANPModule
 from ..models.ipnp import CIPNPConfig, CIPNPModule, IPNPConfig, IPNPModule
 from ..models.np_base import NeuralProcess, NPConfig
 from ..training.np_loop import NPTrainConfig, NPTrainHistory, TaskSource, train_neural_process
+from ..training.seeding import seeded_build
 from ._np_inputs import ArrayLike, Tasks, check_samples, validate_tasks
 
 FORMAT_VERSION = 1
@@ -112,9 +113,9 @@ class NeuralProcessEstimator:
         return config
 
     def _build(self, config: NPConfig, seed: int) -> NeuralProcess:
-        with torch.random.fork_rng(devices=[]):  # leave the caller's global RNG untouched
-            torch.manual_seed(seed)
-            module = self._module_cls(config)  # type: ignore[arg-type]
+        # weights drawn on the CPU from the seeded global generator, which is left as it was; the
+        # neural processes have no dropout, so the dropout generator is not needed
+        module, _ = seeded_build(lambda: self._module_cls(config), seed, torch.device("cpu"))  # type: ignore[arg-type]
         return module.to(self.device)
 
     def _generator(self, seed: int) -> torch.Generator:

@@ -52,6 +52,7 @@ from ..data.table import ColumnSpec, TableEncoder, TableSchema
 from ..estimators._engine import TableLearner, resolve_device
 from ..models.registry import get_model, model_names
 from ..training.config import TrainConfig
+from ..training.seeding import seeded_build
 from ..training.trainer import Batch, ProgressBar, Trainer
 from .phasing import check_phased, phase_window, unphased_heterozygotes
 from .presets import Mode, genomics_configs
@@ -279,20 +280,20 @@ class GenotypeImputer:
         layout = schema.layout()
         target_mask = torch.zeros(len(schema.names), dtype=torch.bool, device=device)
         target_mask[schema.target_indices] = True
-        fork = [device.index or 0] if device.type == "cuda" else []
-        with torch.random.fork_rng(devices=fork):
-            torch.manual_seed(self.random_state)
-            learner.module = module_cls(learner.model_config, layout).to(device)
-            enabled = sys.stderr.isatty() if self.verbose is None else bool(self.verbose)
-            trainer = Trainer(
-                learner.module,
-                layout,
-                target_mask,
-                cfg,
-                callbacks=[ProgressBar(enabled, f"{self.model} shared fit")],
-                generator=torch.Generator(device=device).manual_seed(self.random_state),
-            )
-            learner.history = trainer.fit(next_batch)
+        learner.module, dropout_generator = seeded_build(
+            lambda: module_cls(learner.model_config, layout).to(device), self.random_state, device
+        )
+        enabled = sys.stderr.isatty() if self.verbose is None else bool(self.verbose)
+        trainer = Trainer(
+            learner.module,
+            layout,
+            target_mask,
+            cfg,
+            callbacks=[ProgressBar(enabled, f"{self.model} shared fit")],
+            generator=torch.Generator(device=device).manual_seed(self.random_state),
+            dropout_generator=dropout_generator,
+        )
+        learner.history = trainer.fit(next_batch)
         learner.module.eval()
         # a context of its own (the first window), so the learner is complete and can be saved;
         # prediction replaces it with each window's reference haplotypes

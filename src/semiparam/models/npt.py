@@ -162,6 +162,8 @@ ContextCache = list[tuple[Tensor, Tensor]]
 class NPT(nn.Module):
     """``(values, hidden) (n, d) -> ColumnOutputs``. See the module docstring."""
 
+    dropout_generator: torch.Generator | None = None  # replayed by checkpointed blocks (nn.dropout)
+
     def __init__(self, config: NPTConfig, layout: ColumnLayout) -> None:
         super().__init__()
         config = config.for_columns(layout.n_columns)
@@ -201,7 +203,12 @@ class NPT(nn.Module):
             mask = (~is_query).unsqueeze(0) | eye  # (n_q_rows, n_kv_rows): keys = context or self
         for block in self.blocks:
             args = (h, mask) if isinstance(block, AttentionBetweenDatapoints) else (h,)
-            h = run_block(block, *args, checkpointed=self.config.checkpoint_blocks and self.training)
+            h = run_block(
+                block,
+                *args,
+                checkpointed=self.config.checkpoint_blocks and self.training,
+                generator=self.dropout_generator,
+            )
         return self.heads(h)
 
     @torch.no_grad()

@@ -189,6 +189,7 @@ class SPIN(nn.Module):
 
     # The engine (estimators._engine.TableLearner) keeps only the encoding, never the rows.
     keeps_training_rows = False
+    dropout_generator: torch.Generator | None = None  # replayed by checkpointed blocks (nn.dropout)
 
     def __init__(self, config: SPINConfig, layout: ColumnLayout) -> None:
         super().__init__()
@@ -260,10 +261,11 @@ class SPIN(nn.Module):
         h_a = self._initial_rows(d_emb)  # (n, f, e)
         h_d = self.inducing_points  # (1, h, f*e)
         ckpt = self.config.checkpoint_blocks and self.training
+        gen = self.dropout_generator
         for layer in self.layers:
-            h_a = run_block(layer.rows_before_xabd, h_a, d_emb, checkpointed=ckpt)
-            h_d = run_block(layer.inducing, h_d, h_a, checkpointed=ckpt)
-            h_a = run_block(layer.rows_after_xabd, h_a, checkpointed=ckpt)
+            h_a = run_block(layer.rows_before_xabd, h_a, d_emb, checkpointed=ckpt, generator=gen)
+            h_d = run_block(layer.inducing, h_d, h_a, checkpointed=ckpt, generator=gen)
+            h_a = run_block(layer.rows_after_xabd, h_a, checkpointed=ckpt, generator=gen)
         return h_d
 
     def _predict(self, d_emb: Tensor, h_d: Tensor) -> ColumnOutputs:

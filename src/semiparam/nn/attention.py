@@ -26,6 +26,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from .backends import AttentionBackend, make_backend, paired_weights
+from .dropout import Dropout, replaying
 
 AttentionScale = Literal["full", "per_head"]
 
@@ -43,12 +44,18 @@ def attention_scale(width: int, n_heads: int, scale: AttentionScale) -> float:
     raise ValueError(f"attention scale must be 'full' or 'per_head', got {scale!r}")
 
 
-def run_block(block: Callable[..., Tensor], *args: Any, checkpointed: bool = False) -> Tensor:
+def run_block(
+    block: Callable[..., Tensor],
+    *args: Any,
+    checkpointed: bool = False,
+    generator: torch.Generator | None = None,
+) -> Tensor:
     """``block(*args)``; with ``checkpointed`` (and gradients on) its activations are recomputed
-    in the backward pass instead of stored (spec-weng F11), with the random state restored so that
-    dropout draws the same masks: the same gradients as the plain call."""
+    in the backward pass instead of stored (spec-weng F11), with the random state (the global one
+    and ``generator``, the block's dropout generator) restored so that dropout draws the same masks:
+    the same gradients as the plain call."""
     if checkpointed and torch.is_grad_enabled():
-        return checkpoint(block, *args, use_reentrant=False)
+        return checkpoint(replaying(block, generator), *args, use_reentrant=False)
     return block(*args)
 
 
@@ -58,7 +65,10 @@ class MultiheadAttention(nn.Module):
     Q is ``Linear(w, w)``, K and V are ``Linear(w_kv, w)`` (``w_kv = kv_width``, default ``w``),
     each split into heads; ``out`` mixes the heads (W^O). ``backend`` names the attention backend
     (``nn.backends``; default PyTorch's fused attention), ``backend_options`` its options.
+    Attention-weight dropout draws from ``dropout_generator`` (see :mod:`semiparam.nn.dropout`).
     """
+
+    dropout_generator: torch.Generator | None = None
 
     def __init__(
         self,
@@ -145,7 +155,15 @@ class MultiheadAttention(nn.Module):
             k = k.expand(q.shape[0], -1, -1, -1)
             v = v.expand(q.shape[0], -1, -1, -1)
         dropout_p = self.attention_dropout if self.training else 0.0
-        y = self.backend(q, k, v, scale=self.scale, attn_mask=attn_mask, dropout_p=dropout_p)
+        y = self.backend(
+            q,
+            k,
+            v,
+            scale=self.scale,
+            attn_mask=attn_mask,
+            dropout_p=dropout_p,
+            generator=self.dropout_generator,
+        )
         b, _, n_q, _ = y.shape  # y: (B, heads, n_q, w / heads)
         y = y.transpose(1, 2).reshape(b, n_q, self.width)
         return self.out(y)
@@ -155,7 +173,16 @@ class MultiheadAttention(nn.Module):
         :meth:`~semiparam.nn.backends.AttentionBackend.paired`)."""
         k_ctx, v_ctx = prefix  # (1 or B, heads, n_ctx, dh)
         dropout_p = self.attention_dropout if self.training else 0.0
-        y = self.backend.paired(q, k_ctx, v_ctx, k_self, v_self, scale=self.scale, dropout_p=dropout_p)
+        y = self.backend.paired(
+            q,
+            k_ctx,
+            v_ctx,
+            k_self,
+            v_self,
+            scale=self.scale,
+            dropout_p=dropout_p,
+            generator=self.dropout_generator,
+        )
         b, _, n_q, _ = y.shape  # y: (B, heads, n_q, dh)
         return y.transpose(1, 2).reshape(b, n_q, self.width)
 
@@ -203,14 +230,14 @@ class MAB(nn.Module):
             backend_options=backend_options,
         )
         self.residual = nn.Linear(width, width)  # W^res: a learned projection, not an identity
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.norm_ff = nn.LayerNorm(width, eps=layer_norm_eps)
         self.ff = nn.Sequential(
             nn.Linear(width, ff_multiplier * width),
             nn.GELU(),
-            nn.Dropout(dropout),
+            Dropout(dropout),
             nn.Linear(ff_multiplier * width, width),
-            nn.Dropout(dropout),
+            Dropout(dropout),
         )
 
     def kv_input(self, y: Tensor) -> Tensor:

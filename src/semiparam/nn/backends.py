@@ -1,7 +1,8 @@
 """Attention backends: how a block turns queries, keys and values into its attention output.
 
 One contract (spec-weng F1): a backend is called as ``backend(q, k, v, scale=, attn_mask=,
-dropout_p=)`` on per-head tensors ``q (B, H, n_q, dh)``, ``k, v (B, H, n_k, dh)`` and returns
+dropout_p=, generator=)`` (``generator``: where attention-dropout masks are drawn from) on
+per-head tensors ``q (B, H, n_q, dh)``, ``k, v (B, H, n_k, dh)`` and returns
 ``(B, H, n_q, dh)``; ``attn_mask`` (bool, True = may attend) broadcasts against ``(B, H, n_q, n_k)``.
 ``backend.paired(q, k_ctx, v_ctx, k_self, v_self, scale=, dropout_p=)`` is the prediction form:
 each query attends to a shared cached context and to its own key only. Backends are chosen by name
@@ -43,6 +44,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from .dropout import dropout, replaying
+
 __all__ = [
     "BACKENDS",
     "AttentionBackend",
@@ -68,11 +71,16 @@ def _masked_scores(q: Tensor, k: Tensor, scale: float, attn_mask: Tensor | None)
 
 
 def _dense(
-    q: Tensor, k: Tensor, v: Tensor, scale: float, attn_mask: Tensor | None, dropout_p: float
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    scale: float,
+    attn_mask: Tensor | None,
+    dropout_p: float,
+    generator: torch.Generator | None = None,
 ) -> Tensor:
     weights = torch.softmax(_masked_scores(q, k, scale, attn_mask), dim=-1)
-    if dropout_p > 0:
-        weights = F.dropout(weights, dropout_p)
+    weights = dropout(weights, dropout_p, generator=generator)
     return torch.matmul(weights, v)
 
 
@@ -93,11 +101,17 @@ def _mask_rows(attn_mask: Tensor | None, start: int, stop: int, n_q: int) -> Ten
 
 
 def _by_query_chunks(
-    fn: Callable[..., Tensor], q: Tensor, chunk: int, attn_mask: Tensor | None, *args: Any
+    fn: Callable[..., Tensor],
+    q: Tensor,
+    chunk: int,
+    attn_mask: Tensor | None,
+    *args: Any,
+    generator: torch.Generator | None = None,
 ) -> Tensor:
     """``fn(q_chunk, mask_chunk, *args)`` over chunks of queries, each recomputed in the backward
     pass when gradients are needed (memory of one chunk's scores, not all of them). The random
-    state is restored for the recomputation, so dropout draws the same mask twice."""
+    state (the global one, and ``generator``, the one ``fn`` draws its dropout from) is restored for
+    the recomputation, so dropout draws the same mask twice."""
     n_q = q.shape[-2]
     needs_grad = torch.is_grad_enabled() and any(
         isinstance(t, Tensor) and t.requires_grad for t in (q, *args)
@@ -108,7 +122,7 @@ def _by_query_chunks(
         q_c = q[..., start:stop, :]
         mask_c = _mask_rows(attn_mask, start, stop, n_q)
         if needs_grad and n_q > chunk:
-            outs.append(checkpoint(fn, q_c, mask_c, *args, use_reentrant=False))
+            outs.append(checkpoint(replaying(fn, generator), q_c, mask_c, *args, use_reentrant=False))
         else:
             outs.append(fn(q_c, mask_c, *args))
     return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-2)
@@ -138,6 +152,7 @@ class AttentionBackend(nn.Module):
         scale: float,
         attn_mask: Tensor | None = None,
         dropout_p: float = 0.0,
+        generator: torch.Generator | None = None,
     ) -> Tensor:
         raise NotImplementedError
 
@@ -151,15 +166,14 @@ class AttentionBackend(nn.Module):
         *,
         scale: float,
         dropout_p: float = 0.0,
+        generator: torch.Generator | None = None,
     ) -> Tensor:
         """Each query attends to the shared context (``k_ctx, v_ctx``: ``(1 or B, H, n_ctx, dh)``)
         and to its own key/value only (``k_self, v_self``: like ``q``). Written out rather than
         through a mask so that every query's softmax is reduced in the same order whatever its
         position: a row's prediction is bit-for-bit independent of which rows share its batch.
         Memory is ``(B, H, n_q, n_ctx)``, bounded by the query batch size."""
-        weights = paired_weights(q, k_ctx, k_self, scale)
-        if dropout_p > 0:
-            weights = F.dropout(weights, dropout_p)
+        weights = dropout(paired_weights(q, k_ctx, k_self, scale), dropout_p, generator=generator)
         return torch.matmul(weights[..., :-1], v_ctx) + weights[..., -1:] * v_self
 
     def extra_repr(self) -> str:
@@ -204,8 +218,8 @@ class DenseAttention(AttentionBackend):
 
     name = "dense"
 
-    def forward(self, q, k, v, *, scale, attn_mask=None, dropout_p=0.0):  # noqa: D102
-        return _dense(q, k, v, scale, attn_mask, dropout_p)
+    def forward(self, q, k, v, *, scale, attn_mask=None, dropout_p=0.0, generator=None):  # noqa: D102
+        return _dense(q, k, v, scale, attn_mask, dropout_p, generator)
 
 
 @register_backend
@@ -221,11 +235,11 @@ class ChunkedAttention(AttentionBackend):
             raise ValueError(f"chunk must be >= 1, got {chunk}")
         self.chunk = chunk
 
-    def forward(self, q, k, v, *, scale, attn_mask=None, dropout_p=0.0):  # noqa: D102
+    def forward(self, q, k, v, *, scale, attn_mask=None, dropout_p=0.0, generator=None):  # noqa: D102
         def one(q_c: Tensor, mask_c: Tensor | None, k: Tensor, v: Tensor) -> Tensor:
-            return _dense(q_c, k, v, scale, mask_c, dropout_p)
+            return _dense(q_c, k, v, scale, mask_c, dropout_p, generator)
 
-        return _by_query_chunks(one, q, self.chunk, attn_mask, k, v)
+        return _by_query_chunks(one, q, self.chunk, attn_mask, k, v, generator=generator)
 
 
 @register_backend
@@ -239,9 +253,11 @@ class SDPAAttention(AttentionBackend):
         super().__init__(head_dim)
         self.chunked = ChunkedAttention(head_dim, chunk=chunk)
 
-    def forward(self, q, k, v, *, scale, attn_mask=None, dropout_p=0.0):  # noqa: D102
+    def forward(self, q, k, v, *, scale, attn_mask=None, dropout_p=0.0, generator=None):  # noqa: D102
         if dropout_p > 0:
-            return self.chunked(q, k, v, scale=scale, attn_mask=attn_mask, dropout_p=dropout_p)
+            return self.chunked(
+                q, k, v, scale=scale, attn_mask=attn_mask, dropout_p=dropout_p, generator=generator
+            )
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale)
 
 
@@ -268,21 +284,18 @@ class TopKAttention(AttentionBackend):
         top, index = scores.topk(top_k, dim=-1)
         return torch.zeros_like(scores).scatter(-1, index, torch.softmax(top, dim=-1))
 
-    def forward(self, q, k, v, *, scale, attn_mask=None, dropout_p=0.0):  # noqa: D102
+    def forward(self, q, k, v, *, scale, attn_mask=None, dropout_p=0.0, generator=None):  # noqa: D102
         def one(q_c: Tensor, mask_c: Tensor | None, k: Tensor, v: Tensor) -> Tensor:
             weights = self._sparse_softmax(_masked_scores(q_c, k, scale, mask_c), self.top_k)
-            if dropout_p > 0:
-                weights = F.dropout(weights, dropout_p)
-            return torch.matmul(weights, v)
+            return torch.matmul(dropout(weights, dropout_p, generator=generator), v)
 
-        return _by_query_chunks(one, q, self.chunk, attn_mask, k, v)
+        return _by_query_chunks(one, q, self.chunk, attn_mask, k, v, generator=generator)
 
-    def paired(self, q, k_ctx, v_ctx, k_self, v_self, *, scale, dropout_p=0.0):  # noqa: D102
+    def paired(self, q, k_ctx, v_ctx, k_self, v_self, *, scale, dropout_p=0.0, generator=None):  # noqa: D102
         logits_ctx = torch.matmul(q, k_ctx.transpose(-1, -2)) * scale
         logit_self = (q * k_self).sum(-1, keepdim=True) * scale
         weights = self._sparse_softmax(torch.cat([logits_ctx, logit_self], dim=-1), self.top_k)
-        if dropout_p > 0:
-            weights = F.dropout(weights, dropout_p)
+        weights = dropout(weights, dropout_p, generator=generator)
         return torch.matmul(weights[..., :-1], v_ctx) + weights[..., -1:] * v_self
 
 
@@ -351,7 +364,7 @@ class PerformerAttention(AttentionBackend):
             attn_mask = attn_mask[..., :1, :]
         return attn_mask.transpose(-1, -2).to(torch.get_default_dtype())
 
-    def forward(self, q, k, v, *, scale, attn_mask=None, dropout_p=0.0):  # noqa: D102
+    def forward(self, q, k, v, *, scale, attn_mask=None, dropout_p=0.0, generator=None):  # noqa: D102
         phi_q = self._query_features(q, scale)
         k_logits = self._logits(k, scale)
         shift = k_logits.amax(dim=(-2, -1), keepdim=True).detach()
@@ -365,7 +378,7 @@ class PerformerAttention(AttentionBackend):
         denominator = (phi_q * z.unsqueeze(-2)).sum(-1, keepdim=True)
         return numerator / denominator.clamp_min(torch.finfo(q.dtype).tiny)
 
-    def paired(self, q, k_ctx, v_ctx, k_self, v_self, *, scale, dropout_p=0.0):  # noqa: D102
+    def paired(self, q, k_ctx, v_ctx, k_self, v_self, *, scale, dropout_p=0.0, generator=None):  # noqa: D102
         phi_q = self._query_features(q, scale)
         ctx_logits = self._logits(k_ctx, scale)
         self_logits = self._logits(k_self, scale)

@@ -25,6 +25,7 @@ from torch import Tensor, nn
 # The column kinds and ColumnLayout describe data, not modules: they live in semiparam.data.columns
 # and are re-exported here for the modules and callers that import them from semiparam.nn.columns.
 from ..data.columns import CATEGORICAL, CONTINUOUS, ColumnLayout
+from .dropout import Dropout
 
 __all__ = [
     "CATEGORICAL",
@@ -105,7 +106,7 @@ class ColumnEmbedding(nn.Module):
             bound = 1.0 / math.sqrt(2 * k)
             self.periodic_weight = nn.Parameter(_uniform((len(cont), 2 * k, d_embedding), bound))
             self.periodic_bias = nn.Parameter(_uniform((len(cont), d_embedding), bound))
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.d_embedding = d_embedding
 
     def _periodic(self, x: Tensor) -> Tensor:
@@ -161,7 +162,7 @@ class ColumnHeads(nn.Module):
         self.cat_heads = nn.ModuleList(
             nn.Linear(d_embedding, layout.cardinalities[j]) for j in self.cat_columns
         )
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, h: Tensor) -> ColumnOutputs:
         h = self.dropout(h)

@@ -3,10 +3,10 @@
 A :class:`TrainingCheckpoint` is what a killed fit leaves behind in its checkpoint directory: the
 weights, the optimiser (LAMB moments and Lookahead's slow weights and counter), the schedule
 (adaptive anneal window, stop reason), the callbacks' state (best weights so far, patience,
-smoothed loss), every random state (the global torch RNG that drives dropout, the masking
-generator, the row sampler's numpy generator and the rest of its epoch), the history, the step and
-the seconds trained so far. Resuming from it continues the fit exactly: the same seed gives the
-same weights as a run that was never interrupted.
+smoothed loss), every random state (the dropout and masking generators, the row sampler's numpy
+generator and the rest of its epoch), the history, the step and the seconds trained so far.
+Resuming from it continues the fit exactly: the same seed gives the same weights as a run that was
+never interrupted.
 
 A checkpoint carries a fingerprint of the data and settings it was made from (:func:`fingerprint`);
 resuming with other data, settings or seed raises :class:`CheckpointMismatchError` instead of
@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -106,22 +107,23 @@ class TrainingCheckpoint:
         return blob["state"]
 
 
-def rng_state(generator: torch.Generator | None, device: torch.device) -> dict[str, Any]:
-    """The global torch RNG (CPU, and the CUDA device's when on one) and ``generator``'s state."""
-    state: dict[str, Any] = {"torch": torch.get_rng_state()}
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state(device)
-    if generator is not None:
-        state["generator"] = generator.get_state()
-    return state
+def rng_state(generators: Mapping[str, torch.Generator | None]) -> dict[str, Any]:
+    """The states of a fit's own generators (``{"masking": ..., "dropout": ...}``); training never
+    draws from PyTorch's global generator (see ``training.seeding``), so it is not saved."""
+    return {name: g.get_state() for name, g in generators.items() if g is not None}
 
 
-def set_rng_state(state: dict[str, Any], generator: torch.Generator | None, device: torch.device) -> None:
-    torch.set_rng_state(state["torch"].cpu())
-    if device.type == "cuda" and "cuda" in state:
-        torch.cuda.set_rng_state(state["cuda"].cpu(), device)
-    if generator is not None and "generator" in state:
-        generator.set_state(state["generator"].cpu())
+def set_rng_state(state: dict[str, Any], generators: Mapping[str, torch.Generator | None]) -> None:
+    """Put the generators back in the states :func:`rng_state` saved."""
+    for name, g in generators.items():
+        if g is None:
+            continue
+        if name not in state:
+            raise CheckpointMismatchError(
+                f"the checkpoint holds no state of the {name} generator (made by an older semiparam); "
+                "delete it to start afresh"
+            )
+        g.set_state(state[name].cpu())
 
 
 def numpy_rng_state(rng: np.random.Generator) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from ..nn.columns import ColumnLayout, ColumnOutputs
+from ..nn.dropout import set_dropout_generator
 from .checkpoint import TrainingCheckpoint, rng_state, set_rng_state
 from .config import TrainConfig
 from .losses import npt_loss
@@ -186,6 +187,7 @@ class Trainer:
         forward: Callable[[nn.Module, Tensor, Tensor], ColumnOutputs] | None = None,
         callbacks: Sequence[Callback] = (),
         generator: torch.Generator | None = None,
+        dropout_generator: torch.Generator | None = None,
     ) -> None:
         self.model = model
         self.layout = layout
@@ -195,7 +197,8 @@ class Trainer:
         self.cardinalities = torch.tensor(layout.cardinalities, device=target_columns.device)
         self.forward = forward or (lambda m, v, h: m(v, h))
         self.callbacks = list(callbacks)
-        self.generator = generator
+        self.generator = generator  # masking draws
+        self.dropout_generator = dropout_generator  # the model's dropout (nn.dropout), while training
         self.history = TrainHistory()
         self.stop = False
         self.anneal_start: int | None = None  # adaptive schedule: the final anneal's window
@@ -223,7 +226,7 @@ class Trainer:
                 anneal_steps=self.anneal_steps,
                 stop_reason=self._stop_reason,
                 callbacks=[cb.state_dict() for cb in self.callbacks],
-                rng=rng_state(self.generator, self.target_columns.device),
+                rng=rng_state(self._generators()),
             )
         return state
 
@@ -241,7 +244,10 @@ class Trainer:
             raise ValueError("the checkpoint's callbacks do not match this trainer's")
         for cb, cb_state in zip(self.callbacks, state["callbacks"], strict=True):
             cb.load_state_dict(cb_state)
-        set_rng_state(state["rng"], self.generator, self.target_columns.device)
+        set_rng_state(state["rng"], self._generators())
+
+    def _generators(self) -> dict[str, torch.Generator | None]:
+        return {"masking": self.generator, "dropout": self.dropout_generator}
 
     @property
     def adaptive(self) -> bool:
@@ -333,7 +339,21 @@ class Trainer:
     ) -> TrainHistory:
         """Train on ``next_batch(step)``; ``checkpoint`` is written every so often (and once more
         at the end) with the trainer's state and, when the batch source has one, the source's;
-        ``resume`` is such a state to continue from. A finished state returns its history at once."""
+        ``resume`` is such a state to continue from. A finished state returns its history at once.
+        The model's dropout draws from ``dropout_generator`` while this runs."""
+        set_dropout_generator(self.model, self.dropout_generator)
+        try:
+            return self._fit(next_batch, evaluate, checkpoint, resume)
+        finally:
+            set_dropout_generator(self.model, None)
+
+    def _fit(
+        self,
+        next_batch: BatchSource,
+        evaluate: Callable[[], float] | None,
+        checkpoint: TrainingCheckpoint | None,
+        resume: dict[str, Any] | None,
+    ) -> TrainHistory:
         c = self.config
         stateful = hasattr(next_batch, "state_dict") and hasattr(next_batch, "load_state_dict")
         seconds_before = 0.0
