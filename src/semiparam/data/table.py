@@ -375,6 +375,9 @@ def _check_float32(z: np.ndarray, miss: np.ndarray, name: str) -> None:
 
 def _category_codes(col: pd.Series, spec: ColumnSpec) -> np.ndarray:
     """Index of each cell's category; -1 for missing and (with a warning) for unseen categories."""
+    # Not scikit-learn's OrdinalEncoder: it refuses a column that mixes numbers and strings
+    # ("Encoders require their input argument must be uniformly strings or numbers"), and such
+    # columns are valid here (a schema's categories are JSON scalars of any mix).
     lookup = {cat: i for i, cat in enumerate(spec.categories)}
     isna = col.isna().to_numpy()
     # dict lookup matches 1 == 1.0 == np.int64(1) == True, so integer-valued floats find their ints
