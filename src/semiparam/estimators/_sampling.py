@@ -28,7 +28,12 @@ def stratified_order(n: int, strata: np.ndarray | None, rng: np.random.Generator
 def split_validation(
     n: int, fraction: float, strata: np.ndarray | None, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(train_idx, val_idx): a stratified hold-out; no hold-out when it would be too small."""
+    """(train_idx, val_idx): a stratified hold-out; no hold-out when it would be too small.
+
+    Not scikit-learn's ``train_test_split(stratify=...)``: it refuses any class with a single row
+    ("The least populated classes in y have only 1 member, which is too few"), and a user's table
+    with one example of a rare class must still fit. The rows are dealt by :func:`stratified_order`,
+    the same rule that deals training batches and samples the prediction context."""
     n_val = int(math.floor(n * fraction))
     if fraction <= 0 or n_val < 1 or n - n_val < 2:
         return np.arange(n), np.zeros(0, dtype=np.int64)
