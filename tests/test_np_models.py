@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -17,6 +18,7 @@ from semiparam.np import (
     IPNP,
     GPTaskSampler,
     NeuralProcessEstimator,
+    TaskCollection,
     gp_log_likelihood,
     load,
 )
@@ -74,9 +76,13 @@ def test_output_shapes_single_task_and_batch(model, batch) -> None:
         task["context_x"][:, 0].numpy(), task["context_y"][:, 0].numpy(), task["target_x"], n_samples=5
     )
     assert one.mean.shape == (6, 1)
-    ll = model.log_likelihood(task["context_x"], task["context_y"], task["target_x"], task["target_y"])
+    ll = model.log_likelihood(
+        task["context_x"], task["context_y"], task["target_x"], task["target_y"], per_point=True
+    )
     assert ll.shape == (6,) and torch.isfinite(ll).all()
-    ll_batch = model.log_likelihood(batch.context_x, batch.context_y, batch.target_x, batch.target_y)
+    ll_batch = model.log_likelihood(
+        batch.context_x, batch.context_y, batch.target_x, batch.target_y, per_point=True
+    )
     assert ll_batch.shape == (3, 6)
     if not model.is_latent:  # a task alone or inside a batch: same prediction
         torch.testing.assert_close(ll, ll_batch[1], atol=1e-5, rtol=1e-5)
@@ -88,9 +94,11 @@ def test_context_permutation_invariance(model, batch) -> None:
     b = model.predict(batch.context_x[:, perm], batch.context_y[:, perm], batch.target_x, n_samples=4)
     torch.testing.assert_close(a.mean, b.mean, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(a.std, b.std, atol=1e-5, rtol=1e-5)
-    la = model.log_likelihood(batch.context_x, batch.context_y, batch.target_x, batch.target_y)
+    la = model.log_likelihood(
+        batch.context_x, batch.context_y, batch.target_x, batch.target_y, per_point=True
+    )
     lb = model.log_likelihood(
-        batch.context_x[:, perm], batch.context_y[:, perm], batch.target_x, batch.target_y
+        batch.context_x[:, perm], batch.context_y[:, perm], batch.target_x, batch.target_y, per_point=True
     )
     torch.testing.assert_close(la, lb, atol=1e-5, rtol=1e-5)
 
@@ -117,6 +125,7 @@ def test_padding_does_not_change_predictions(model) -> None:
         ragged.target_y,
         context_mask=ragged.context_mask,
         target_mask=ragged.target_mask,
+        per_point=True,
     )
     assert torch.isnan(padded[~ragged.target_mask]).all()
     pred = model.predict(
@@ -128,7 +137,9 @@ def test_padding_does_not_change_predictions(model) -> None:
     )
     torch.testing.assert_close(pred.mean, from_lists.mean, equal_nan=True, atol=1e-5, rtol=1e-5)
     for i, task in enumerate(lists):
-        alone = model.log_likelihood(task["context_x"], task["context_y"], task["target_x"], task["target_y"])
+        alone = model.log_likelihood(
+            task["context_x"], task["context_y"], task["target_x"], task["target_y"], per_point=True
+        )
         if not model.is_latent:
             torch.testing.assert_close(alone, padded[i][ragged.target_mask[i]], atol=1e-5, rtol=1e-5)
         single = model.predict(task["context_x"], task["context_y"], task["target_x"])
@@ -170,7 +181,9 @@ def test_likelihood_of_a_known_gaussian(batch) -> None:
             last.weight.zero_()
             last.bias.copy_(torch.tensor([0.3, 0.5]))
         sigma = 0.1 + 0.9 * math.log1p(math.exp(0.5))
-        ll = model.log_likelihood(batch.context_x, batch.context_y, batch.target_x, batch.target_y)
+        ll = model.log_likelihood(
+            batch.context_x, batch.context_y, batch.target_x, batch.target_y, per_point=True
+        )
         y = batch.target_y[..., 0].double()
         expected = -0.5 * math.log(2 * math.pi) - math.log(sigma) - 0.5 * ((y - 0.3) / sigma) ** 2
         torch.testing.assert_close(ll.double(), expected, atol=1e-5, rtol=1e-5)
@@ -259,7 +272,7 @@ def test_bad_input_gives_clear_errors() -> None:
     with pytest.raises(ValueError, match="context_x has 10 points per task but context_y has 9"):
         model.predict(x, y[:9], xt)
     with pytest.raises(ValueError, match="target_x has 4 points per task but target_y has 3"):
-        model.log_likelihood(x, y, xt, yt[:3])
+        model.log_likelihood(x, y, xt, yt[:3], per_point=True)
     with pytest.raises(ValueError, match="context is empty"):
         model.predict(torch.zeros(0, 1), torch.zeros(0, 1), xt)
     with pytest.raises(ValueError, match=r"task\(s\) \[1\] have an empty context"):
@@ -310,7 +323,28 @@ def test_numpy_and_nested_list_inputs() -> None:
         torch.sin(torch.tensor(xs)).float()[:, None],
         torch.tensor([[0.0], [0.5]]),
     )
-    torch.testing.assert_close(a.mean, b.mean)
+    assert isinstance(a.mean, np.ndarray) and isinstance(a.std, np.ndarray) and a.mean.shape == (2, 1)
+    assert isinstance(b.mean, torch.Tensor)
+    np.testing.assert_allclose(a.mean, b.mean.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("cls", [CANP, IPNP])
+def test_log_likelihood_is_a_float_per_task_for_numpy(cls) -> None:
+    model = _tiny(cls)
+    rng = np.random.default_rng(0)
+    xs, xt = rng.uniform(-2, 2, 10), rng.uniform(-2, 2, 4)
+    one = model.log_likelihood(xs, np.sin(xs), xt, np.sin(xt))
+    assert isinstance(one, float) and math.isfinite(one)
+    points = model.log_likelihood(xs, np.sin(xs), xt, np.sin(xt), per_point=True)
+    assert isinstance(points, np.ndarray) and points.shape == (4,)
+    assert one == pytest.approx(float(points.mean()), abs=1e-6)
+    # a ragged batch of two tasks (lists): one mean per task over its own targets only
+    batch = model.log_likelihood(
+        [xs, xs[:6]], [np.sin(xs), np.sin(xs[:6])], [xt, xt[:2]], [np.sin(xt), np.sin(xt[:2])]
+    )
+    assert isinstance(batch, np.ndarray) and batch.shape == (2,) and np.isfinite(batch).all()
+    if not model.is_latent:  # the same task alone or inside a batch
+        assert batch[0] == pytest.approx(one, abs=1e-5)
 
 
 def test_short_training_improves_the_likelihood() -> None:
@@ -322,7 +356,7 @@ def test_short_training_improves_the_likelihood() -> None:
     options = {"d_model": 32, "n_heads": 4}
     untrained = CIPNP(random_state=0, **options).fit(sampler, max_steps=1, batch_size=8)
     trained = CIPNP(random_state=0, **options).fit(sampler, max_steps=100, batch_size=8, learning_rate=2e-3)
-    assert trained.evaluate(eval_set) > untrained.evaluate(eval_set) + 0.15  # observed: +0.31
+    assert trained.evaluate(eval_set) > untrained.evaluate(eval_set) + 0.15
     assert trained.history_.loss[-1] < trained.history_.loss[0]
 
 
@@ -358,3 +392,71 @@ def test_gpu_matches_cpu(batch, tmp_path) -> None:
         GPTaskSampler(min_ctx=8, max_ctx=9, device="cuda"), max_steps=2
     )
     assert next(trained.module_.parameters()).device.type == "cuda"
+
+
+# -- a user's own tasks ------------------------------------------------------------------------------
+
+
+def _series(n_tasks: int = 12, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n_tasks):
+        t = np.sort(rng.uniform(0, 10, rng.integers(8, 20)))
+        out.append((t, np.sin(t * rng.uniform(0.5, 1.5)) + 0.05 * rng.normal(size=len(t))))
+    return out
+
+
+def test_task_collection_splits_each_task_into_context_and_targets() -> None:
+    series = _series()
+    tasks = TaskCollection(series, min_ctx=3, max_ctx=6, random_state=0)
+    assert len(tasks) == 12 and tasks.x_dim == 1 and tasks.y_dim == 1
+    batch = tasks.sample(5)
+    m = batch.context_mask.sum(1)
+    assert ((m >= 3) & (m <= 6)).all() and (batch.target_mask.sum(1) >= 1).all()
+    # every point of a task is either context or target, and belongs to one of the series
+    for i in range(5):
+        ctx = batch.context_x[i][batch.context_mask[i]].numpy().ravel()
+        tgt = batch.target_x[i][batch.target_mask[i]].numpy().ravel()
+        assert not set(ctx.tolist()) & set(tgt.tolist())
+        assert any(
+            len(ctx) + len(tgt) == len(t) and set(ctx.tolist()) <= set(t.astype(np.float32).tolist())
+            for t, _ in series
+        )
+    again = TaskCollection(series, min_ctx=3, max_ctx=6, random_state=0).sample(5)
+    assert torch.equal(again.context_x, batch.context_x)  # seeded
+
+
+def test_task_collection_rejects_bad_tasks() -> None:
+    with pytest.raises(ValueError, match="non-empty list"):
+        TaskCollection([])
+    with pytest.raises(ValueError, match="3 x values but 2 y values"):
+        TaskCollection([([1, 2, 3], [1, 2])])
+    with pytest.raises(ValueError, match="at least 2"):
+        TaskCollection([([1.0], [2.0])])
+    with pytest.raises(ValueError, match="NaN or inf"):
+        TaskCollection([([1.0, np.nan], [2.0, 3.0])])
+    with pytest.raises(ValueError, match="disagree on their dimensions"):
+        TaskCollection([([1.0, 2.0], [1.0, 2.0]), (np.ones((2, 2)), [1.0, 2.0])])
+    with pytest.raises(KeyError, match="not in the table"):
+        TaskCollection.from_frame(pd.DataFrame({"a": [1]}), task="id", x="t", y="v")
+
+
+def test_fit_on_a_list_of_series_or_a_table_with_a_task_column() -> None:
+    series = _series()
+    options = dict(d_model=16, n_heads=2, n_inducing=2)
+    a = CIPNP(random_state=0, **options).fit(series, max_steps=3, batch_size=4)
+    frame = pd.concat(
+        [pd.DataFrame({"series": k, "t": t, "value": y}) for k, (t, y) in enumerate(series)],
+        ignore_index=True,
+    )
+    b = CIPNP(random_state=0, **options).fit(frame, max_steps=3, batch_size=4, task_column="series")
+    t, y = series[0]
+    pa, pb = a.predict(t[:5], y[:5], t[5:]), b.predict(t[:5], y[:5], t[5:])
+    assert isinstance(pa.mean, np.ndarray) and pa.mean.shape == (len(t) - 5, 1)
+    np.testing.assert_allclose(pa.mean, pb.mean, rtol=1e-5)  # the same tasks, the same seed
+    with pytest.raises(KeyError, match="no task column"):
+        CIPNP(random_state=0, **options).fit(frame, max_steps=1)
+    with pytest.raises(ConfigError, match="x_dim = 2"):
+        CIPNP(random_state=0, **options).fit([(np.ones((4, 2)), np.ones(4))], max_steps=1)
+    with pytest.raises(TypeError, match="task sampler"):
+        CIPNP(random_state=0, **options).fit(42, max_steps=1)

@@ -28,6 +28,16 @@ class Tasks(NamedTuple):
     single: bool  # the caller passed one task (no batch axis)
 
 
+def returns_numpy(*inputs: ArrayLike) -> bool:
+    """Whether results go back as numpy: unless an input is a torch tensor (or a list of them)."""
+    for value in inputs:
+        if isinstance(value, Tensor):
+            return False
+        if isinstance(value, (list, tuple)) and any(isinstance(v, Tensor) for v in value):
+            return False
+    return True
+
+
 def validate_tasks(
     context_x: ArrayLike,
     context_y: ArrayLike,

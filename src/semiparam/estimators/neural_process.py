@@ -21,17 +21,19 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
+import pandas as pd
 import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from .._config import ConfigError
 from .._io import ModelFileError, atomic_directory, read_json, read_tensors
+from ..data.task_collection import TaskCollection
 from ..data.tasks import TaskBatch
 from ..models.anp import ANPConfig, ANPModule
 from ..models.canp import CANPConfig, CANPModule
@@ -39,7 +41,7 @@ from ..models.ipnp import CIPNPConfig, CIPNPModule, IPNPConfig, IPNPModule
 from ..models.np_base import NeuralProcess, NPConfig
 from ..training.np_loop import NPTrainConfig, NPTrainHistory, TaskSource, train_neural_process
 from ..training.seeding import seeded_build
-from ._np_inputs import ArrayLike, Tasks, check_samples, validate_tasks
+from ._np_inputs import ArrayLike, Tasks, check_samples, returns_numpy, validate_tasks
 
 FORMAT_VERSION = 1
 _META_FILE = "neural_process.json"
@@ -125,20 +127,27 @@ class NeuralProcessEstimator:
 
     def fit(
         self,
-        sampler: TaskSource,
+        tasks: TaskSource | Sequence[tuple[Any, Any]] | pd.DataFrame,
         max_steps: int | None = None,
         *,
         train_config: NPTrainConfig | None = None,
         callback: Callable[[int, float], bool | None] | None = None,
+        task_column: str = "task",
+        x_columns: str | Sequence[str] | None = None,
+        y_columns: str | Sequence[str] | None = None,
         **train_options: Any,
     ) -> NeuralProcessEstimator:
-        """Meta-train on batches from ``sampler`` (anything with ``sample(batch_size) -> TaskBatch``,
-        e.g. :class:`~semiparam.np.GPTaskSampler`). ``max_steps`` and ``train_options`` override
-        fields of ``train_config`` (:class:`NPTrainConfig`: batch_size, learning_rate, ...).
-        ``callback(step, loss)`` runs after each step (the model in training can be scored from it,
-        e.g. with :meth:`evaluate`); returning True stops early. Returns self."""
-        if not callable(getattr(sampler, "sample", None)):
-            raise TypeError(f"sampler must have a sample(batch_size) method, got {type(sampler).__name__}")
+        """Meta-train on batches of ``tasks``: a task sampler (anything with ``sample(batch_size) ->
+        TaskBatch``, e.g. :class:`~semiparam.np.GPTaskSampler` or a
+        :class:`~semiparam.np.TaskCollection`), a list of ``(x, y)`` series (one per task), or a
+        DataFrame with one task per value of ``task_column``, inputs ``x_columns`` (default: every
+        other column but the last) and outputs ``y_columns`` (default: the last column); lists and
+        tables become a :class:`~semiparam.np.TaskCollection` seeded by ``random_state``.
+        ``max_steps`` and ``train_options`` override fields of ``train_config``
+        (:class:`NPTrainConfig`: batch_size, learning_rate, ...). ``callback(step, loss)`` runs
+        after each step (the model in training can be scored from it, e.g. with :meth:`evaluate`);
+        returning True stops early. Returns self."""
+        sampler = self._task_source(tasks, task_column, x_columns, y_columns)
         overrides = dict(train_options)
         if max_steps is not None:
             overrides["max_steps"] = max_steps
@@ -184,6 +193,45 @@ class NeuralProcessEstimator:
             raise
         return self
 
+    def _task_source(
+        self,
+        tasks: Any,
+        task_column: str,
+        x_columns: str | Sequence[str] | None,
+        y_columns: str | Sequence[str] | None,
+    ) -> TaskSource:
+        if isinstance(tasks, pd.DataFrame):  # before the sampler test: a DataFrame has .sample too
+            if task_column not in tasks.columns:
+                raise KeyError(
+                    f"the table has no task column {task_column!r} (columns: {list(tasks.columns)}); "
+                    "name it with task_column="
+                )
+            rest = [c for c in tasks.columns if c != task_column]
+            y_cols = y_columns if y_columns is not None else rest[-1:]
+            y_list = [y_cols] if isinstance(y_cols, str) else list(y_cols)
+            x_cols = x_columns if x_columns is not None else [c for c in rest if c not in y_list]
+            source = TaskCollection.from_frame(
+                tasks, task=task_column, x=x_cols, y=y_list, random_state=self.random_state
+            )
+        elif isinstance(tasks, (list, tuple)):
+            source = TaskCollection(tasks, random_state=self.random_state)
+        elif callable(getattr(tasks, "sample", None)):
+            source = tasks
+        else:
+            raise TypeError(
+                "tasks must be a task sampler (with sample(batch_size)), a list of (x, y) series or a "
+                f"DataFrame with a task column, got {type(tasks).__name__}"
+            )
+        config = self.config
+        for name in ("x_dim", "y_dim"):
+            have = getattr(source, name, None)
+            if isinstance(have, int) and have != getattr(config, name):
+                raise ConfigError(
+                    f"the tasks have {name} = {have} but the model has {name} = {getattr(config, name)}; "
+                    f"pass {name}={have}"
+                )
+        return source
+
     # -- prediction ---------------------------------------------------------------------------------
     def _fitted(self) -> NeuralProcess:
         if self.module_ is None:
@@ -203,7 +251,8 @@ class NeuralProcessEstimator:
         random_state: int = 0,
     ) -> NPPrediction:
         """Predictive mean and std at ``target_x`` given the context (and, for latent models,
-        ``n_samples`` sampled functions). ``random_state`` seeds the latent draws."""
+        ``n_samples`` sampled functions). ``random_state`` seeds the latent draws. numpy arrays
+        (or lists) in, numpy arrays out; torch tensors in, tensors on the model's device out."""
         module = self._fitted()
         tasks = self._validate(context_x, context_y, target_x, None, context_mask, target_mask)
         check_samples(n_samples)
@@ -222,6 +271,8 @@ class NeuralProcessEstimator:
         if tasks.single:
             mean, std = mean[0], std[0]
             samples = None if samples is None else samples[:, 0]
+        if returns_numpy(context_x, context_y, target_x):
+            return NPPrediction(_numpy(mean), _numpy(std), None if samples is None else _numpy(samples))
         return NPPrediction(mean, std, samples)
 
     @torch.no_grad()
@@ -236,10 +287,13 @@ class NeuralProcessEstimator:
         target_mask: ArrayLike | None = None,
         n_samples: int = 50,
         random_state: int = 0,
-    ) -> Tensor:
-        """log p(y_t | x_t, context) per target point: ``(n,)`` for one task, ``(B, n)`` for a batch,
-        NaN at padded targets. Latent models average the likelihood over ``n_samples`` draws of z
-        from p(z | context) (logmeanexp, as the paper evaluates)."""
+        per_point: bool = False,
+    ) -> Any:
+        """Mean log p(y_t | x_t, context) over each task's target points: a float for one task, a
+        ``(B,)`` array for a batch. ``per_point``: every target point's instead, ``(n,)`` for one
+        task, ``(B, n)`` for a batch, NaN at padded targets. Latent models average the likelihood
+        over ``n_samples`` draws of z from p(z | context) (logmeanexp, as the paper evaluates).
+        numpy (or lists) in, numpy out; torch tensors in, tensors on the model's device out."""
         module = self._fitted()
         tasks = self._validate(context_x, context_y, target_x, target_y, context_mask, target_mask)
         check_samples(n_samples)
@@ -255,7 +309,13 @@ class NeuralProcessEstimator:
         )  # (B, n)
         if tasks.target_mask is not None:
             ll = ll.masked_fill(~tasks.target_mask, math.nan)
-        return ll[0] if tasks.single else ll
+        if not per_point:  # (B,): the mean over real targets (a NaN of the model's stays visible)
+            mask = tasks.target_mask
+            ll = ll.mean(dim=1) if mask is None else torch.where(mask, ll, 0.0).sum(1) / mask.sum(1)
+        ll = ll[0] if tasks.single else ll
+        if returns_numpy(context_x, context_y, target_x, target_y):
+            return float(ll) if ll.ndim == 0 else _numpy(ll)
+        return ll
 
     def evaluate(self, batches: Iterable[TaskBatch], *, n_samples: int = 50, random_state: int = 0) -> float:
         """Mean target log-likelihood over ``batches``: per batch the mean over its real target
@@ -271,6 +331,7 @@ class NeuralProcessEstimator:
                 target_mask=batch.target_mask,
                 n_samples=n_samples,
                 random_state=random_state + i,
+                per_point=True,
             )
             mask = batch.target_mask.to(ll.device)
             scores.append(float(ll[mask].mean()))  # a NaN from the model itself stays visible
@@ -404,6 +465,10 @@ class ANP(NeuralProcessEstimator):
 
 
 _MODELS: dict[str, type[NeuralProcessEstimator]] = {c.__name__: c for c in (CIPNP, IPNP, CANP, ANP)}
+
+
+def _numpy(t: Tensor) -> np.ndarray:
+    return t.detach().cpu().numpy()
 
 
 def load_neural_process(path: str | Path, *, device: str | torch.device = "cpu") -> NeuralProcessEstimator:
