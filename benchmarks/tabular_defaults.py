@@ -343,12 +343,13 @@ def commit_tree(commit: str) -> Iterator[tuple[str, Path]]:
         yield commit, Path(tmp) / "src" / "semiparam"
 
 
-def _made_by(record: Mapping[str, Any], old_full: str) -> bool:
-    """An NPT/SPIN record of a development-suite table made by the code whose hash is ``old_full``."""
+def _made_by(record: Mapping[str, Any], old_full: str | set[str]) -> bool:
+    """An NPT/SPIN record of a development-suite table made by the code whose hash is ``old_full``
+    (or one of them: the same code under two hash schemes)."""
     code = record.get("code") or {}
     return (
         record.get("model", "").removesuffix("_tuned") in ds.NEURAL_MODELS
-        and code.get("src_sha256") == old_full
+        and code.get("src_sha256") in ({old_full} if isinstance(old_full, str) else old_full)
         and record.get("table") in ds.TABLES
     )
 
@@ -356,7 +357,7 @@ def _made_by(record: Mapping[str, Any], old_full: str) -> bool:
 def move_records(
     records: list[dict],
     keys: KeyMaker,
-    old_full: str,
+    old_full: str | set[str],
     provenance: Mapping,
     models: set[str] | None = None,
 ) -> int:
@@ -414,7 +415,9 @@ def rekey_verified(
     from semiparam.bench.measure import code_hash
 
     with commit_tree(commit) as (commit, old_root):
-        old_full = code_hash(old_root)  # the hash the runner keys on
+        # the hash the runner keys on, and the one it keyed on before it followed the table
+        # models' imports (every module of the package): records of either are that code's
+        old_full = {code_hash(old_root), code_hash(old_root, modules=None)}
     records = read_records(jsonl)
     chosen = set(models) if models is not None else None
     old = [
@@ -455,7 +458,7 @@ def rekey_verified(
         records,
         keys,
         old_full,
-        {"rekeyed_from": [commit, old_full], "verified_by_rerun": verified},
+        {"rekeyed_from": [commit, sorted(old_full)], "verified_by_rerun": verified},
         models=chosen,
     )
     rewrite_records(jsonl, records)

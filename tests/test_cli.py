@@ -90,3 +90,40 @@ def test_config_file_and_errors(tmp_path, csv, capsys):
     bad.write_text("[modle]\nx = 1\n")
     assert main(["fit", str(csv), "--target", "target", "--config", str(bad)]) == 2
     assert "modle" in capsys.readouterr().err
+
+
+def _series_table(n_tasks=8, seed=0):
+    rng = np.random.default_rng(seed)
+    parts = []
+    for k in range(n_tasks):
+        t = np.sort(rng.uniform(0, 5, 10))
+        parts.append(pd.DataFrame({"series": f"s{k}", "t": t, "value": np.sin(t + k)}))
+    return pd.concat(parts, ignore_index=True)
+
+
+def test_np_fit_then_np_predict(tmp_path, capsys):
+    table = _series_table()
+    data = tmp_path / "series.csv"
+    table.to_csv(data, index=False)
+    run = tmp_path / "run"
+    fit = ["np-fit", str(data), "--task", "series", "--x", "t", "--y", "value", "--steps", "3"]
+    assert main([*fit, "--batch-size", "4", "--out", str(run), "--quiet"]) == 0
+    meta = json.loads((run / "np_run.json").read_text())
+    assert meta["columns"] == {"task": "series", "x": ["t"], "y": ["value"]} and meta["n_tasks"] == 8
+    assert main([*fit, "--out", str(run), "--quiet"]) == 2  # exists: refused without --force
+    context = table.groupby("series").head(6)
+    targets = table.drop(context.index)
+    context.to_csv(tmp_path / "context.csv", index=False)
+    targets.to_csv(tmp_path / "targets.csv", index=False)
+    out = tmp_path / "pred.csv"
+    args = ["np-predict", str(run), str(tmp_path / "context.csv"), str(tmp_path / "targets.csv")]
+    assert main([*args, "--out", str(out)]) == 0
+    pred = pd.read_csv(out)
+    assert len(pred) == len(targets) and (pred["value_std"] > 0).all() and pred["value_mean"].notna().all()
+    assert "log-likelihood" in capsys.readouterr().err  # the targets hold the outputs: scored
+    # a target task without context points, or a missing column: one line, status 2
+    targets.assign(series="unseen").to_csv(tmp_path / "bad.csv", index=False)
+    assert main(["np-predict", str(run), str(tmp_path / "context.csv"), str(tmp_path / "bad.csv")]) == 2
+    assert "no context points for task(s) ['unseen']" in capsys.readouterr().err
+    targets.drop(columns="t").to_csv(tmp_path / "bad.csv", index=False)
+    assert main(["np-predict", str(run), str(tmp_path / "context.csv"), str(tmp_path / "bad.csv")]) == 2

@@ -1,4 +1,4 @@
-"""``semiparam`` command line: fit | predict | impute | impute-vcf | demo | bench.
+"""``semiparam`` command line: fit | predict | impute | impute-vcf | np-fit | np-predict | demo | bench.
 
 Each ``fit`` writes one run directory: ``config.json`` (every resolved setting), ``metrics.json``
 (training history, validation loss, timings), ``model/`` (weights and fitted state, no pickle) and
@@ -301,6 +301,10 @@ def build_parser() -> argparse.ArgumentParser:
     from .impute_vcf import add_impute_vcf_parser  # the logic lives in semiparam.genomics
 
     add_impute_vcf_parser(sub)
+
+    from .np_cli import add_np_parsers  # np-fit, np-predict: neural processes on CSV series
+
+    add_np_parsers(sub)
     return parser
 
 
