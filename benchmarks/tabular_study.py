@@ -330,6 +330,11 @@ def main(argv: list[str] | None = None) -> int:
         sampler=optuna.samplers.TPESampler(seed=args.seed),
     )
     if not args.report_only:
+        # a trial left RUNNING was killed with its process (the study runs in one process at a time):
+        # mark it failed so that the report and TPE see only finished trials
+        for stale in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+            study.tell(stale.number, state=optuna.trial.TrialState.FAIL)
+            print(f"trial {stale.number} was interrupted before it finished: marked failed")
         space, skipped = valid_space(args.model)
         if skipped:
             print(f"search space: skipping keys the configs lack: {skipped}")
