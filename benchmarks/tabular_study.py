@@ -6,6 +6,8 @@
     .venv/bin/python benchmarks/tabular_study.py --tables boston,oj,titanic --trials 20
     .venv/bin/python benchmarks/tabular_study.py --members 1 --trials 12         # single-model settings
     .venv/bin/python benchmarks/tabular_study.py --report-only               # rebuild the report
+    .venv/bin/python benchmarks/tabular_study.py --members 1 --trials 0 \
+        --enqueue train_options.tradeoff_start=0.5 --enqueue model_options.dropout=0.0
 
 Optuna TPE (seeded) over estimator overrides (``SEARCH_SPACE`` below: edit it there). Each trial
 fits the model on the inner 80% of each table's training rows (split 0 of ``devsuite``) and scores
@@ -13,7 +15,10 @@ it on the inner 20%: the test rows are never touched. A table's score is divided
 Boosting's default score on the same inner split (log loss ratio or RMSE ratio); the objective is
 the mean ratio over the tables (< 1: better than HGB at its defaults). The current defaults are
 scored once too (study user attribute ``defaults``) for reference. Fit seconds per table are trial
-user attributes. The study lives in SQLite at ``<out>/tabular_study_<model>.db`` and resumes;
+user attributes. ``--enqueue KEY=VALUE[,KEY=VALUE]`` queues a trial at the current defaults of
+every search key except the ones given (one change at a time measures what each change is worth);
+queued trials run before any sampled one, and TPE learns from them as from its own. The study
+lives in SQLite at ``<out>/tabular_study_<model>.db`` and resumes;
 ``<out>/tabular_study_<model>.md`` is written from it at the end and by ``--report-only``.
 Trials record the hash of src/semiparam; the report shows those of the current code (older ones are
 counted, not ranked). Torch runs on 2 threads.
@@ -98,6 +103,41 @@ def sample(trial: Any, space: dict[str, tuple]) -> dict[str, Any]:
         else:
             raise ValueError(f"unknown kind {kind!r} for {name}")
     return params
+
+
+def default_params(
+    model: str, space: dict[str, tuple], fixed: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The current default value of every key of ``space`` (as the estimator resolves it)."""
+    est = ds.make_model(model, "regression", 0, dict(fixed or {}))
+    model_config, train_config = est._configs()
+    out = {}
+    for name in space:
+        group, _, key = name.rpartition(".")
+        out[name] = getattr(model_config if group == "model_options" else train_config, key)
+    return out
+
+
+def parse_change(text: str, space: dict[str, tuple]) -> dict[str, Any]:
+    """``"train_options.tradeoff_start=0.5,model_options.dropout=0"`` -> params, each value
+    parsed as JSON (a bare word is a string) and checked against the search space."""
+    out: dict[str, Any] = {}
+    for part in text.split(","):
+        name, sep, raw = part.partition("=")
+        name = name.strip()
+        if not sep or name not in space:
+            raise SystemExit(f"--enqueue {text!r}: {name!r} is not a search key; keys: {sorted(space)}")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw.strip()
+        kind, arg = space[name]
+        if kind == "categorical" and value not in arg:
+            raise SystemExit(f"--enqueue {text!r}: {name} must be one of {list(arg)}")
+        if kind != "categorical" and not arg[0] <= value <= arg[1]:
+            raise SystemExit(f"--enqueue {text!r}: {name} must be in [{arg[0]}, {arg[1]}]")
+        out[name] = value
+    return out
 
 
 def to_overrides(params: dict[str, Any]) -> dict[str, Any]:
@@ -253,6 +293,34 @@ def write_report(study: Any, model: str, out: Path, top: int = 10, code: str | N
             if ratios:
                 md.append(f"| **mean ratio** | | | **{_fmt(float(np.mean(ratios)))}** | | | |")
         md.append("")
+    changed = sorted((t for t in current if t.user_attrs.get("change")), key=lambda t: t.value)
+    if changed:
+        d0 = defaults if defaults.get("src_sha256") == code else {}
+        md += ["## One change at a time (queued with --enqueue; defaults elsewhere)", ""]
+        md.append(
+            "Each row: the objective and per-table ratios with that change; the first row is the "
+            "current defaults (the references above)."
+        )
+        md.append("")
+        header = ["change", "trial", "objective", *tables, "fit s (all tables)"]
+        md.append("| " + " | ".join(header) + " |")
+        md.append("|" + "---|" * len(header))
+        if all(t in d0 for t in tables):
+            md.append(
+                "| (defaults) | – | "
+                + _fmt(float(np.mean([d0[t]["ratio"] for t in tables])), 4)
+                + " | "
+                + " | ".join(_fmt(d0[t]["ratio"]) for t in tables)
+                + f" | {_fmt(float(sum(d0[t]['fit_seconds'] for t in tables)))} |"
+            )
+        for t in changed:
+            ratios = t.user_attrs.get("ratios", {})
+            md.append(
+                f"| `{t.user_attrs['change']}` | {t.number} | {_fmt(t.value, 4)} | "
+                + " | ".join(_fmt(ratios.get(tb)) for tb in tables)
+                + f" | {_fmt(t.user_attrs.get('total_fit_seconds'))} |"
+            )
+        md.append("")
     md += [f"## Top {len(ranked)} trials", ""]
     header = ["trial", "objective", *tables, "fit s (all tables)", "params"]
     md.append("| " + " | ".join(header) + " |")
@@ -287,6 +355,38 @@ def write_report(study: Any, model: str, out: Path, top: int = 10, code: str | N
     return path
 
 
+def enqueue(
+    study: Any, model: str, space: dict[str, tuple], fixed: dict[str, Any], changes: list[str]
+) -> int:
+    """Queue one trial per ``--enqueue`` change (defaults elsewhere), skipping one the study has
+    already run or queued with the current code; returns how many were queued."""
+    if not changes:
+        return 0
+    base = default_params(model, space, fixed)
+    outside = [k for k, (kind, arg) in space.items() if kind == "categorical" and base[k] not in arg]
+    outside += [
+        k for k, (kind, arg) in space.items() if kind != "categorical" and not arg[0] <= base[k] <= arg[1]
+    ]
+    if outside:
+        raise SystemExit(f"the defaults of {outside} lie outside the search space; widen it first")
+    code = ds.code_version()["src_sha256"]
+    seen = [
+        t.system_attrs.get("fixed_params", {}) if t.state.name == "WAITING" else t.params
+        for t in study.trials
+        if t.state.name == "WAITING" or t.user_attrs.get("src_sha256") == code
+    ]
+    queued = 0
+    for text in changes:
+        params = {**base, **parse_change(text, space)}
+        if any(all(p.get(k) == v for k, v in params.items()) for p in seen):
+            print(f"--enqueue {text}: already in the study with the current code; not queued again")
+            continue
+        study.enqueue_trial(params, user_attrs={"change": text})
+        seen.append(params)
+        queued += 1
+    return queued
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", choices=list(ds.NEURAL_MODELS), default="npt")
@@ -302,6 +402,14 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         help="ensemble members of every fit (default: the estimator's); a study of single-model "
         "settings with --members 1 costs a third of one at the default three",
+    )
+    parser.add_argument(
+        "--enqueue",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE[,KEY=VALUE]",
+        help="queue a trial at the defaults with these search keys changed (repeatable); it runs "
+        "once, in addition to --trials sampled ones",
     )
     args = parser.parse_args(argv)
 
@@ -347,9 +455,10 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         hgb = reference_scores(study, tables, args.model, fixed)
         print(f"references done in {time.perf_counter() - start:.0f}s")
+        queued = enqueue(study, args.model, space, fixed, args.enqueue)
         study.optimize(
             make_objective(args.model, tables, hgb, space, fixed),
-            n_trials=args.trials,
+            n_trials=args.trials + queued,
             timeout=args.timeout,
             catch=(Exception,),
         )
