@@ -127,3 +127,15 @@ def test_np_fit_then_np_predict(tmp_path, capsys):
     assert "no context points for task(s) ['unseen']" in capsys.readouterr().err
     targets.drop(columns="t").to_csv(tmp_path / "bad.csv", index=False)
     assert main(["np-predict", str(run), str(tmp_path / "context.csv"), str(tmp_path / "bad.csv")]) == 2
+
+
+def test_overrides_read_toml_values_and_none() -> None:
+    from semiparam._config import parse_override
+
+    assert parse_override("train.max_steps=40") == ("train.max_steps", 40)
+    assert parse_override("train.lr_schedule='constant'") == ("train.lr_schedule", "constant")
+    assert parse_override("train.lr_schedule=constant") == ("train.lr_schedule", "constant")
+    assert parse_override("train.patience=none") == ("train.patience", None)
+    assert parse_override("train.patience=Null") == ("train.patience", None)
+    with pytest.raises(ValueError, match="key=value"):
+        parse_override("train.patience")

@@ -33,6 +33,7 @@ LAYERS: dict[str, int] = {
     "semiparam": 5,  # the package's __init__: the public estimators, models and configs
     "semiparam.bench": 6,
     "semiparam.cli": 6,
+    "semiparam.tuning": 6,  # searches over the estimators; reads configs as the CLI does
 }
 
 # What scripts outside the package may import (and public submodules of semiparam.bench).
@@ -43,6 +44,7 @@ BENCHMARK_API = {
     "semiparam.genomics",
     "semiparam.np",
     "semiparam.cli.main",
+    "semiparam.tuning",
 }
 
 

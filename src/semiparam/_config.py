@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
 C = TypeVar("C", bound="FrozenConfig")
@@ -94,7 +95,8 @@ def _coerce(owner: str, name: str, hint: Any, value: Any) -> Any:
 
 def parse_override(text: str) -> tuple[str, Any]:
     """Parse a command-line ``key=value`` override; the value is read as TOML (numbers, bools,
-    quoted strings) and falls back to a plain string."""
+    quoted strings) and falls back to a plain string; ``none`` (or ``null``) is None, which TOML
+    cannot say."""
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
@@ -104,8 +106,31 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise ConfigError(f"override {text!r} is not of the form key=value")
     key, raw = text.split("=", 1)
     key = key.strip()
+    if raw.strip().lower() in ("none", "null"):
+        return key, None
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
         value = raw
     return key, value
+
+
+def read_settings_file(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(model, train)`` tables of a TOML settings file (``semiparam fit --config``, the
+    ``best.toml`` of ``semiparam tune``); any other table raises :class:`ConfigError`."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: not valid TOML: {err}") from err
+    unknown = sorted(set(data) - {"model", "train"})
+    if unknown:
+        raise ConfigError(f"unknown section(s) {unknown} in {path}; use [model] and [train]")
+    return dict(data.get("model", {})), dict(data.get("train", {}))

@@ -1,4 +1,5 @@
-"""``semiparam`` command line: fit | predict | impute | impute-vcf | np-fit | np-predict | demo | bench.
+"""``semiparam`` command line: fit | predict | impute | impute-vcf | np-fit | np-predict | tune | demo |
+bench.
 
 Each ``fit`` writes one run directory: ``config.json`` (every resolved setting), ``metrics.json``
 (training history, validation loss, timings), ``model/`` (weights and fitted state, no pickle) and
@@ -24,7 +25,7 @@ from typing import Any
 
 import pandas as pd
 
-from .._config import ConfigError, parse_override
+from .._config import ConfigError, parse_override, read_settings_file
 from .._io import atomic_directory, atomic_file
 
 CHECKPOINT_DIR = "checkpoint"  # in a run directory: the training state of ``fit`` (see --resume)
@@ -65,26 +66,11 @@ def write_table(frame: pd.DataFrame, path: str | Path, *, overwrite: bool = Fals
 
 def load_settings(config_file: str | None, overrides: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(model_options, train_options)`` from a TOML file and ``section.key=value`` overrides."""
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
-
     model: dict[str, Any] = {}
     train: dict[str, Any] = {}
-    sections = {"model": model, "train": train}
     if config_file:
-        if not Path(config_file).exists():
-            raise FileNotFoundError(f"{config_file}: no such file")
-        try:
-            data = tomllib.loads(Path(config_file).read_text())
-        except tomllib.TOMLDecodeError as err:
-            raise ConfigError(f"{config_file}: not valid TOML: {err}") from err
-        unknown = sorted(set(data) - set(sections))
-        if unknown:
-            raise ConfigError(f"unknown section(s) {unknown} in {config_file}; use [model] and [train]")
-        for name, table in data.items():
-            sections[name].update(table)
+        model, train = read_settings_file(config_file)
+    sections = {"model": model, "train": train}
     for text in overrides:
         key, value = parse_override(text)
         section, _, field = key.partition(".")
@@ -113,9 +99,16 @@ def _training_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+class WorkerLostError(RuntimeError):
+    """A process of a data-parallel fit failed or was killed, and the others cannot go on."""
+
+
 def cmd_fit(args: argparse.Namespace) -> int:
     from ..estimators.tabular import TablePredictor
+    from ..training.distributed import init_from_environment
 
+    # under torchrun (WORLD_SIZE > 1): join the process group; rank 0 writes the run directory
+    group, args.device = init_from_environment(args.device)
     if args.resume and not args.out:
         raise ValueError("--resume needs --out: the run directory of the fit to continue")
     out = Path(args.out or f"runs/{args.model}-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -127,8 +120,9 @@ def cmd_fit(args: argparse.Namespace) -> int:
         # an empty directory may be reused; anything else needs --force (checked before training)
         if not args.force:
             raise FileExistsError(f"{out} already exists and is not empty; pass --force to replace it")
-        if checkpoints.exists():  # the old run's checkpoint is of another fit: start afresh
+        if checkpoints.exists() and group.is_main:  # the old run's checkpoint is of another fit
             shutil.rmtree(checkpoints)
+    group.barrier()
     frame = read_table(args.data, _split_list(args.na_values))
     targets = _split_list(args.target) or []
     predictor = TablePredictor(
@@ -141,12 +135,25 @@ def cmd_fit(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     # the training state goes to <out>/checkpoint/ as it trains; the finished run replaces the
     # directory at once (the checkpoint moves into it, so --resume on a finished run is a no-op)
-    predictor.fit(frame, checkpoint_dir=checkpoints, resume=args.resume)
+    try:
+        predictor.fit(frame, checkpoint_dir=checkpoints, resume=args.resume)
+    except RuntimeError as err:
+        if not group.distributed:
+            raise
+        raise WorkerLostError(
+            f"process {group.rank} of {group.world_size} stopped: {error_line(err)}; the last checkpoint "
+            f"is in {checkpoints}: continue with the same command and --resume (any number of processes "
+            "that divides the shards)"
+        ) from err
     seconds = time.perf_counter() - start
+    if not group.is_main:  # every process holds the same model; the first writes the run
+        group.barrier()
+        return 0
     with atomic_directory(out, overwrite=True) as tmp:
-        _write_run(tmp, args, targets, predictor, seconds)
+        _write_run(tmp, args, targets, predictor, seconds, world_size=group.world_size)
         if checkpoints.is_dir():
             checkpoints.rename(tmp / CHECKPOINT_DIR)
+    group.barrier()
     history = predictor.learner_.history
     best = ""
     if history.best_val_loss is not None:
@@ -159,7 +166,12 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
 
 def _write_run(
-    out: Path, args: argparse.Namespace, targets: list[str], predictor: Any, seconds: float
+    out: Path,
+    args: argparse.Namespace,
+    targets: list[str],
+    predictor: Any,
+    seconds: float,
+    world_size: int = 1,
 ) -> None:
     """config.json, metrics.json and model/ of a fitted run, into directory ``out``."""
     learner = predictor.learner_
@@ -175,6 +187,9 @@ def _write_run(
                 "schema": learner.schema.to_dict(),
                 "seed": args.seed,
                 "device": args.device,
+                # processes that trained it (torchrun); each step's rows were dealt into
+                # train_config.shards shards (None: one per process)
+                "world_size": world_size,
             },
             indent=2,
         )
@@ -305,6 +320,10 @@ def build_parser() -> argparse.ArgumentParser:
     from .np_cli import add_np_parsers  # np-fit, np-predict: neural processes on CSV series
 
     add_np_parsers(sub)
+
+    from .tune_cli import add_tune_parser  # the logic lives in semiparam.tuning
+
+    add_tune_parser(sub)
     return parser
 
 
@@ -352,6 +371,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"semiparam: error: {error_line(err)}", file=sys.stderr)
         return 2
+    except WorkerLostError as err:
+        if debug:
+            raise
+        print(f"semiparam: error: {error_line(err)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         if debug:
             raise

@@ -34,6 +34,7 @@ from ..models.registry import get_model
 from ..nn.columns import CATEGORICAL, ColumnOutputs
 from ..training.checkpoint import TrainingCheckpoint, fingerprint
 from ..training.config import TrainConfig
+from ..training.distributed import current_group, local_shards, make_shards, resolve_shards
 from ..training.losses import cell_losses, gaussian_std
 from ..training.masking import mask_for_inference
 from ..training.seeding import seeded_build
@@ -132,8 +133,10 @@ class TableLearner:
 
     def _fingerprint(self, encoder: TableEncoder, enc: EncodedTable, enc_u: EncodedTable | None) -> str:
         """What a checkpoint must have been made from: the encoded rows, the encoder, the
-        settings (but how often checkpoints are written) and the seed."""
-        cadence = {"checkpoint_every_steps", "checkpoint_every_seconds"}
+        settings (but how often checkpoints are written and the shard count) and the seed."""
+        # how often checkpoints are written, and the row shards (checked against the checkpoint's
+        # own count when resuming, so that a fit of two processes resumes in one)
+        cadence = {"checkpoint_every_steps", "checkpoint_every_seconds", "shards"}
         train = {k: v for k, v in self.train_config.to_dict().items() if k not in cadence}
         arrays = [enc.values, enc.missing] + ([enc_u.values, enc_u.missing] if enc_u is not None else [])
         return fingerprint(
@@ -222,7 +225,17 @@ class TableLearner:
 
         self.module, dropout_generator = seeded_build(self._build_module, self.seed, self.device)
         generator = torch.Generator(device=self.device).manual_seed(self.seed)
-        callbacks: list[Any] = [ProgressBar(self.verbose, f"{self.model_name} fit")]
+        # row shards of each step and the processes sharing them (training.distributed)
+        group = current_group()
+        resumed_shards = None
+        if state is not None and not state["finished"]:
+            resumed_shards = int(state.get("n_shards", 1))
+        n_shards = resolve_shards(cfg.shards, group, resumed_shards)
+        shards = make_shards(
+            local_shards(n_shards, group), self.seed, self.device, lambda: (generator, dropout_generator)
+        )
+        verbose = self.verbose if group.is_main else False
+        callbacks: list[Any] = [ProgressBar(verbose, f"{self.model_name} fit")]
         evaluate = None
         if len(val_idx):
             callbacks.append(BestCheckpoint(cfg.patience, cfg.smoothing))
@@ -241,8 +254,9 @@ class TableLearner:
             self.target_mask(),
             cfg,
             callbacks=callbacks,
-            generator=generator,
-            dropout_generator=dropout_generator,
+            shards=shards,
+            n_shards=n_shards,
+            group=group,
         )
         self.history = trainer.fit(sampler, evaluate, checkpoint=checkpoint, resume=state)
         self._inference_copy = None

@@ -39,6 +39,10 @@ class TrainConfig(FrozenConfig):
     lookahead_k: int = 6
     lookahead_alpha: float = 0.5
     batch_size: int = 2048  # rows per training step; a smaller table is one full batch
+    # row shards of each step's batch, each masked, run and back-propagated on its own and their
+    # gradients averaged, spread over the data-parallel processes (training.distributed); None:
+    # one per process (a single process: the whole batch at once, as the paper)
+    shards: int | None = None
     # NOTE[DIFF]: the paper balances classes in minibatches only on Poker Hand and Forest Cover
     # (spec-npt 2.5); here every minibatch of a table larger than one batch is class-stratified on
     # the first categorical target, so a rare class is in every step on any table
@@ -110,6 +114,8 @@ class TrainConfig(FrozenConfig):
             raise ConfigError(
                 f"checkpoint_every_seconds must be > 0 or None, got {self.checkpoint_every_seconds}"
             )
+        if self.shards is not None and self.shards < 1:
+            raise ConfigError(f"shards must be >= 1 or None, got {self.shards}")
         if self.patience is not None and self.patience < 1:
             raise ConfigError(f"patience must be >= 1 or None, got {self.patience}")
         self.masking()  # validates the masking probabilities

@@ -7,6 +7,7 @@ step, then set the next step's learning rate and feature-loss weight. Every ``ev
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
@@ -21,6 +22,7 @@ from ..nn.columns import ColumnLayout, ColumnOutputs
 from ..nn.dropout import set_dropout_generator
 from .checkpoint import TrainingCheckpoint, rng_state, set_rng_state
 from .config import TrainConfig
+from .distributed import ProcessGroup, Shard, current_group, shard_rows
 from .losses import npt_loss
 from .masking import mask_for_training
 from .optim import build_optimizer, clip_gradients
@@ -188,7 +190,15 @@ class Trainer:
         callbacks: Sequence[Callback] = (),
         generator: torch.Generator | None = None,
         dropout_generator: torch.Generator | None = None,
+        shards: Sequence[Shard] | None = None,
+        n_shards: int = 1,
+        group: ProcessGroup | None = None,
     ) -> None:
+        """``shards``: the row shards of each step this process handles (of ``n_shards``, see
+        ``training.distributed``), each with its own generators; None: one shard, drawing from
+        ``generator`` (masking) and ``dropout_generator``. ``group``: the processes training
+        this model together (default: torch.distributed's, or this process alone); with more
+        than one the model is wrapped in DistributedDataParallel."""
         self.model = model
         self.layout = layout
         self.config = config
@@ -197,8 +207,26 @@ class Trainer:
         self.cardinalities = torch.tensor(layout.cardinalities, device=target_columns.device)
         self.forward = forward or (lambda m, v, h: m(v, h))
         self.callbacks = list(callbacks)
-        self.generator = generator  # masking draws
-        self.dropout_generator = dropout_generator  # the model's dropout (nn.dropout), while training
+        self.group = group or current_group()
+        if shards is None:
+            shards = [Shard(0, generator, dropout_generator)]
+        self.shards = list(shards)
+        self.n_shards = n_shards
+        if len(self.shards) * self.group.world_size != n_shards:
+            raise ValueError(
+                f"{len(self.shards)} shards on each of {self.group.world_size} processes is not "
+                f"the {n_shards} shards of a step"
+            )
+        self.generator = self.shards[0].generator  # masking draws
+        self.dropout_generator = self.shards[0].dropout_generator  # the model's dropout, training
+        self.ddp: nn.Module | None = None
+        if self.group.distributed:
+            from torch.nn.parallel import DistributedDataParallel
+
+            device = next(model.parameters()).device
+            self.ddp = DistributedDataParallel(
+                model, device_ids=[device] if device.type == "cuda" else None, broadcast_buffers=False
+            )
         self.history = TrainHistory()
         self.stop = False
         self.anneal_start: int | None = None  # adaptive schedule: the final anneal's window
@@ -228,6 +256,14 @@ class Trainer:
                 callbacks=[cb.state_dict() for cb in self.callbacks],
                 rng=rng_state(self._generators()),
             )
+            if self.n_shards > 1:
+                # every shard's generators, gathered from the processes that hold them
+                local = {
+                    sh.index: rng_state({"masking": sh.generator, "dropout": sh.dropout_generator})
+                    for sh in self.shards
+                }
+                state["n_shards"] = self.n_shards
+                state["shard_rng"] = self.group.gather_merged(local)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -244,7 +280,18 @@ class Trainer:
             raise ValueError("the checkpoint's callbacks do not match this trainer's")
         for cb, cb_state in zip(self.callbacks, state["callbacks"], strict=True):
             cb.load_state_dict(cb_state)
-        set_rng_state(state["rng"], self._generators())
+        if self.n_shards > 1:
+            if int(state.get("n_shards", 1)) != self.n_shards:
+                raise ValueError(
+                    f"the checkpoint has {state.get('n_shards', 1)} row shards per step, this fit "
+                    f"{self.n_shards}"
+                )
+            for sh in self.shards:
+                set_rng_state(
+                    state["shard_rng"][sh.index], {"masking": sh.generator, "dropout": sh.dropout_generator}
+                )
+        else:
+            set_rng_state(state["rng"], self._generators())
 
     def _generators(self) -> dict[str, torch.Generator | None]:
         return {"masking": self.generator, "dropout": self.dropout_generator}
@@ -297,6 +344,8 @@ class Trainer:
         return cosine_tradeoff(step, c.tradeoff_steps or c.max_steps, c.tradeoff_start)
 
     def train_step(self, batch: Batch, step: int) -> dict[str, float]:
+        if self.n_shards > 1 or self.ddp is not None:
+            return self._sharded_step(batch, step)
         self.model.train()
         masked = mask_for_training(
             batch.values,
@@ -328,6 +377,57 @@ class Trainer:
             self.optimizer.step()
         stats["lr"] = lr
         return stats
+
+    def _sharded_step(self, batch: Batch, step: int) -> dict[str, float]:
+        """One step over this process's shards of ``batch``: the gradients of the shard losses
+        accumulate (each divided by the shards here), DistributedDataParallel averages them over
+        the processes, then every process takes the same optimiser step."""
+        module = self.ddp if self.ddp is not None else self.model
+        module.train()
+        lr = self.learning_rate(step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.zero_grad(set_to_none=True)
+        n_local = len(self.shards)
+        totals: dict[str, float] = {}
+        for k, shard in enumerate(self.shards):
+            rows = shard_rows(len(batch.values), shard.index, self.n_shards, batch.values.device)
+            set_dropout_generator(self.model, shard.dropout_generator)
+            masked = mask_for_training(
+                batch.values[rows],
+                batch.missing[rows],
+                target_columns=self.target_columns,
+                labelled_rows=batch.labelled[rows],
+                cardinalities=self.cardinalities,
+                policy=self.policy,
+                generator=shard.generator,
+                revealed_rows=None if batch.revealed is None else batch.revealed[rows],
+            )
+            outputs = self.forward(module, masked.values, masked.hidden)
+            loss, stats = npt_loss(
+                outputs,
+                batch.values[rows],
+                masked.score_target,
+                masked.score_feature,
+                self.layout,
+                self.tradeoff(step),
+                self.config.label_smoothing,
+            )
+            # every parameter takes part in every backward pass, as DistributedDataParallel
+            # needs, even when this shard has no cell to score
+            loss = loss + 0.0 * sum(p.reshape(-1)[0] for p in self.params)
+            last = k == n_local - 1
+            sync = self.ddp.no_sync() if self.ddp is not None and not last else contextlib.nullcontext()
+            with sync:
+                (loss / n_local).backward()
+            for key, value in stats.items():
+                totals[key] = totals.get(key, 0.0) + value / n_local
+        set_dropout_generator(self.model, self.dropout_generator)
+        clip_gradients(self.params, self.config)
+        self.optimizer.step()
+        totals["loss"] = self.group.mean(totals["loss"])
+        totals["lr"] = lr
+        return totals
 
     def fit(
         self,
@@ -371,7 +471,8 @@ class Trainer:
             state = self.state_dict(step, time.perf_counter() - start, finished=finished)
             if not finished and stateful:
                 state["sampler"] = next_batch.state_dict()  # type: ignore[attr-defined]
-            checkpoint.write(state)
+            if self.group.is_main:  # the processes hold the same state; the first writes it
+                checkpoint.write(state)
 
         # the adaptive schedule anneals before the ceiling: anneal = anneal_fraction x steps run
         ceiling_anneal = int(c.max_steps / (1.0 + c.anneal_fraction)) if self.adaptive else None
@@ -381,12 +482,14 @@ class Trainer:
         for step in range(self.start_step, c.max_steps):
             if self.adaptive and self.anneal_start is None:
                 elapsed = time.perf_counter() - start
+                if c.time_budget is not None:
+                    elapsed = self.group.broadcast(elapsed)  # every process stops together
                 if step == ceiling_anneal:
                     self.request_stop(step - 1, "max_steps")
                 elif c.time_budget is not None and elapsed * (1.0 + c.anneal_fraction) >= c.time_budget:
                     self.request_stop(step - 1, "time_budget")
             elif not self.adaptive and c.time_budget is not None:
-                if time.perf_counter() - start >= c.time_budget:
+                if self.group.broadcast(time.perf_counter() - start) >= c.time_budget:
                     self.request_stop(step - 1, "time_budget")
                     break
             stats = self.train_step(next_batch(step), step)
@@ -402,7 +505,8 @@ class Trainer:
             last = step == c.max_steps - 1 or annealed
             if evaluate is not None and ((step + 1) % c.eval_every == 0 or last):
                 eval_start = time.perf_counter()
-                val_loss = evaluate()
+                # the first process evaluates; all act on its loss, so they stop together
+                val_loss = self.group.broadcast(evaluate() if self.group.is_main else None)
                 self.history.eval_seconds += time.perf_counter() - eval_start
                 self.history.eval_steps.append(step)
                 self.history.val_loss.append(val_loss)
@@ -412,7 +516,7 @@ class Trainer:
                 self.stop = True
             if self.stop:
                 break
-            if checkpoint is not None and checkpoint.due(step):
+            if checkpoint is not None and self.group.broadcast(checkpoint.due(step)):
                 snapshot(step)
         if self.anneal_start is not None:
             self.history.stop_reason = f"{self._stop_reason}, annealed"
