@@ -33,6 +33,7 @@ from the lines of the tag whose key is current; nothing measured is typed into s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -394,6 +395,28 @@ def metrics_agree(new: Mapping[str, float] | None, old: Mapping[str, float] | No
 VERIFY_TABLES = ("yacht", "titanic", "beps")
 
 
+def metrics_at_commit(
+    old_src: Path, table: str, model: str, split: int, overrides: Mapping[str, Any], tuned_trials: int
+) -> dict[str, float] | None:
+    """The metrics of one cell run now, on this machine, by the semiparam package at ``old_src``
+    (a commit's ``src/semiparam``), in a subprocess; the harness is this checkout's devsuite."""
+    script = (
+        "import json, sys, torch\n"
+        f"sys.path[:0] = [{str(old_src.parent)!r}, {str(Path(__file__).resolve().parent)!r}]\n"
+        "import devsuite as ds\n"
+        "torch.set_num_threads(ds.N_THREADS)\n"
+        f"out = ds.run_cell({table!r}, {model!r}, {split}, json.loads({json.dumps(dict(overrides))!r}), "
+        f"{tuned_trials})\n"
+        "print('METRICS ' + json.dumps(out['metrics']))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("METRICS ")]
+    if done.returncode != 0 or not lines:
+        print(done.stderr[-2000:], file=sys.stderr)
+        return None
+    return json.loads(lines[-1][len("METRICS ") :])
+
+
 def rekey_verified(
     jsonl: Path,
     keys: KeyMaker,
@@ -401,6 +424,7 @@ def rekey_verified(
     tables: Iterable[str] = VERIFY_TABLES,
     log=print,
     models: Iterable[str] | None = None,
+    against_commit: bool = False,
 ) -> tuple[int, int]:
     """Move the NPT/SPIN records made by ``commit``'s code to the current key after checking, by
     rerunning, that the current code reproduces them: every model among those records is refitted
@@ -411,13 +435,33 @@ def rekey_verified(
     meant to leave every number as it was (a refactor, a new feature off the fitted path); it is
     evidence on the tables rerun, not a proof for the others, and the records say which they were.
     ``models``: only these models' records are verified and moved (e.g. after a change of NPT's
-    defaults, SPIN's records alone can still be carried over)."""
+    defaults, SPIN's records alone can still be carried over).
+
+    ``against_commit``: compare the reruns with the same cells run now by ``commit``'s code (in a
+    subprocess, on this machine) instead of with the records. For records made on another machine:
+    float32 training rounds differently on another CPU (its vector units pick other kernels), so
+    a rerun there can differ from the record while old and new code agree with each other here."""
     from semiparam.bench.measure import code_hash
 
-    with commit_tree(commit) as (commit, old_root):
+    with contextlib.ExitStack() as stack:
+        commit, old_root = stack.enter_context(commit_tree(commit))
         # the hash the runner keys on, and the one it keyed on before it followed the table
         # models' imports (every module of the package): records of either are that code's
         old_full = {code_hash(old_root), code_hash(old_root, modules=None)}
+        return _rekey_verified(jsonl, keys, commit, old_root, old_full, tables, log, models, against_commit)
+
+
+def _rekey_verified(
+    jsonl: Path,
+    keys: KeyMaker,
+    commit: str,
+    old_root: Path,
+    old_full: set[str],
+    tables: Iterable[str],
+    log: Any,
+    models: Iterable[str] | None,
+    against_commit: bool,
+) -> tuple[int, int]:
     records = read_records(jsonl)
     chosen = set(models) if models is not None else None
     old = [
@@ -447,8 +491,20 @@ def rekey_verified(
             )
             checks.append(rerun)
             cell = f"{table}/{model}/split {ref['split']}"
-            if rerun.get("status") != "ok" or not metrics_agree(rerun.get("metrics"), ref.get("metrics")):
-                mismatches.append(f"{cell}: recorded {ref.get('metrics')}, now {rerun.get('metrics')}")
+            reference, source = ref.get("metrics"), "recorded"
+            if against_commit:
+                source = f"{commit[:7]} here"
+                reference = metrics_at_commit(
+                    old_root,
+                    table,
+                    model,
+                    int(ref["split"]),
+                    ref.get("overrides") or {},
+                    int(ref.get("tuned_trials", 20)),
+                )
+                log(f"       {commit[:7]} on this machine: {reference}")
+            if rerun.get("status") != "ok" or not metrics_agree(rerun.get("metrics"), reference):
+                mismatches.append(f"{cell}: {source} {reference}, now {rerun.get('metrics')}")
     if mismatches:
         raise SystemExit(
             "the current code does not reproduce these cells; rerun, do not rekey:\n" + "\n".join(mismatches)
@@ -458,7 +514,11 @@ def rekey_verified(
         records,
         keys,
         old_full,
-        {"rekeyed_from": [commit, sorted(old_full)], "verified_by_rerun": verified},
+        {
+            "rekeyed_from": [commit, sorted(old_full)],
+            "verified_by_rerun": verified,
+            **({"verified_against": f"{commit} rerun on the verifying machine"} if against_commit else {}),
+        },
         models=chosen,
     )
     rewrite_records(jsonl, records)
@@ -916,6 +976,12 @@ def main(argv: list[str] | None = None) -> int:
         f"key after rerunning them on --tables (default {','.join(VERIFY_TABLES)}) and finding "
         "every metric equal",
     )
+    parser.add_argument(
+        "--against-commit",
+        action="store_true",
+        help="with --rekey-verified: compare the reruns with COMMIT's code rerun now on this machine, "
+        "not with the records (for records made on another machine)",
+    )
     args = parser.parse_args(argv)
     sets = parse_sets(args.set)
     jsonl = args.out / JSONL_NAME
@@ -926,7 +992,12 @@ def main(argv: list[str] | None = None) -> int:
         tables = split_list(args.tables, ds.TABLES, "tables") if args.tables else VERIFY_TABLES
         models = split_list(args.models, ds.ALL_MODELS, "models") if args.models else None
         moved, left = rekey_verified(
-            jsonl, KeyMaker(include_git=args.key_git), args.rekey_verified, tables, models=models
+            jsonl,
+            KeyMaker(include_git=args.key_git),
+            args.rekey_verified,
+            tables,
+            models=models,
+            against_commit=args.against_commit,
         )
         print(f"rekeyed {jsonl} from {args.rekey_verified} after verifying {list(tables)}: {moved} records")
         return 0
