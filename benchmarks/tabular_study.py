@@ -21,7 +21,8 @@ queued trials run before any sampled one, and TPE learns from them as from its o
 lives in SQLite at ``<out>/tabular_study_<model>.db`` and resumes;
 ``<out>/tabular_study_<model>.md`` is written from it at the end and by ``--report-only``.
 Trials record the hash of src/semiparam; the report shows those of the current code (older ones are
-counted, not ranked). Torch runs on 2 threads.
+counted, not ranked) unless ``--rekey-from OLD`` verified that the current code reproduces the
+stored defaults exactly on every table. Torch runs on 2 threads.
 """
 
 from __future__ import annotations
@@ -237,13 +238,47 @@ def _fmt(x: Any, digits: int = 3) -> str:
     return str(x)
 
 
+def trial_code(study: Any, trial: Any) -> str | None:
+    """The src hash a trial counts for: its own, or the one a verified ``--rekey-from`` moved it to."""
+    own = trial.user_attrs.get("src_sha256")
+    return study.user_attrs.get("rekeyed", {}).get(own, {}).get("to", own)
+
+
+def rekey(study: Any, old_defaults: dict[str, Any], old_code: str, tables: list[str]) -> None:
+    """Count the trials made with ``old_code`` as made with the current code, after checking that
+    the current code reproduces the old defaults' inner score on every table exactly (the
+    references were just recomputed with the current code). The study keeps the mapping and the
+    evidence in its ``rekeyed`` user attribute; a mismatch refuses."""
+    code = ds.code_version()["src_sha256"]
+    defaults = study.user_attrs.get("defaults", {})
+    if old_defaults.get("src_sha256") != old_code:
+        raise SystemExit(
+            f"--rekey-from {old_code}: the study's stored defaults were made with "
+            f"{old_defaults.get('src_sha256')!r}, so there is nothing to verify against"
+        )
+    differ = {
+        t: (old_defaults.get(t, {}).get("score"), defaults.get(t, {}).get("score"))
+        for t in tables
+        if old_defaults.get(t, {}).get("score") != defaults.get(t, {}).get("score")
+    }
+    if differ:
+        raise SystemExit(
+            f"--rekey-from {old_code}: the current code gives other scores {differ}; not rekeyed"
+        )
+    rekeyed = dict(study.user_attrs.get("rekeyed", {}))
+    rekeyed[old_code] = {"to": code, "verified_tables": tables, "machine": ds.machine()}
+    study.set_user_attr("rekeyed", rekeyed)
+    n = sum(t.user_attrs.get("src_sha256") == old_code for t in study.trials)
+    print(f"rekeyed {n} trials from {old_code} to {code} (defaults reproduced on {len(tables)} tables)")
+
+
 def write_report(study: Any, model: str, out: Path, top: int = 10, code: str | None = None) -> Path:
     """``code``: the src hash whose trials are ranked (default: the current tree's)."""
     import optuna
 
     code = code or ds.code_version()["src_sha256"]
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    current = [t for t in complete if t.user_attrs.get("src_sha256") == code]
+    current = [t for t in complete if trial_code(study, t) == code]
     failed = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
     ranked = sorted(current, key=lambda t: t.value)[:top]
     tables = sorted({k for t in current for k in t.user_attrs.get("ratios", {})}) or sorted(
@@ -263,6 +298,14 @@ def write_report(study: Any, model: str, out: Path, top: int = 10, code: str | N
         f"{len(current)} with the current code (src {code}); {len(complete) - len(current)} older ones "
         "not ranked."
     )
+    moved = {k: v for k, v in study.user_attrs.get("rekeyed", {}).items() if v.get("to") == code}
+    if moved:
+        md.append(
+            "Counted as current after a verified rekey (the current code reproduced the stored "
+            "defaults' inner scores exactly on the tables named): "
+            + "; ".join(f"src {k} ({', '.join(v['verified_tables'])})" for k, v in sorted(moved.items()))
+            + "."
+        )
     md.append("")
     md += ["Commands:", "", "```", *study.user_attrs.get("commands", []), "```", ""]
     hgb = study.user_attrs.get("hgb", {})
@@ -373,7 +416,7 @@ def enqueue(
     seen = [
         t.system_attrs.get("fixed_params", {}) if t.state.name == "WAITING" else t.params
         for t in study.trials
-        if t.state.name == "WAITING" or t.user_attrs.get("src_sha256") == code
+        if t.state.name == "WAITING" or trial_code(study, t) == code
     ]
     queued = 0
     for text in changes:
@@ -402,6 +445,12 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         help="ensemble members of every fit (default: the estimator's); a study of single-model "
         "settings with --members 1 costs a third of one at the default three",
+    )
+    parser.add_argument(
+        "--rekey-from",
+        metavar="SRC_HASH",
+        help="count the trials made with this older src hash as current, once the current code "
+        "reproduces the stored defaults' inner scores exactly on every table (checked here)",
     )
     parser.add_argument(
         "--enqueue",
@@ -453,8 +502,11 @@ def main(argv: list[str] | None = None) -> int:
         study.set_user_attr("space", {k: list(v) for k, v in space.items()})
         study.set_user_attr("machine", ds.machine())
         start = time.perf_counter()
+        old_defaults = dict(study.user_attrs.get("defaults", {}))
         hgb = reference_scores(study, tables, args.model, fixed)
         print(f"references done in {time.perf_counter() - start:.0f}s")
+        if args.rekey_from:
+            rekey(study, old_defaults, args.rekey_from, tables)
         queued = enqueue(study, args.model, space, fixed, args.enqueue)
         study.optimize(
             make_objective(args.model, tables, hgb, space, fixed),
