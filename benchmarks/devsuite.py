@@ -896,12 +896,18 @@ def make_model(
     raise ValueError(f"unknown model {name!r}; choose from {list(ALL_MODELS)}")
 
 
+EXECUTION_PARAMS = ("backend", "ray_address")
+
+
 def model_settings(name: str, model: Any, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The resolved settings of an unfitted model (part of the cache key)."""
     if name in NEURAL_MODELS:
+        # where the members train (serially or as Ray tasks) does not change the fitted model
+        # (tests/test_parallel.py), so it is not part of the key
+        params = {k: v for k, v in model.get_params().items() if k not in EXECUTION_PARAMS}
         return {
             "class": type(model).__name__,
-            "params": jsonable(model.get_params()),
+            "params": jsonable(params),
             "overrides": jsonable(dict(overrides or {})),
         }
     return model.settings()

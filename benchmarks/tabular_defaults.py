@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import math
 import os
@@ -50,6 +51,8 @@ from typing import Any
 
 import devsuite as ds
 import numpy as np
+
+from semiparam.parallel import map_tasks
 
 RESULTS = Path(__file__).resolve().parent / "results"
 JSONL_NAME = "tabular_defaults.jsonl"
@@ -196,7 +199,7 @@ def run_grid(args: argparse.Namespace, sets: dict[str, dict[str, Any]], jsonl: P
         done = {r.get("key") for r in read_records(jsonl) if r.get("status") in OK_STATUSES}
     tables = split_list(args.tables, ds.TABLES, "tables")
     models = split_list(args.models, ds.ALL_MODELS, "models")
-    n_new = 0
+    pending: list[tuple[str, str, int, dict[str, Any], dict[str, Any]]] = []
     for table in tables:
         for split in range(args.splits):
             for model in models:
@@ -206,14 +209,38 @@ def run_grid(args: argparse.Namespace, sets: dict[str, dict[str, Any]], jsonl: P
                 if key in done:
                     log(f"[skip] {table} {model} split {split}: cached")
                     continue
-                record = run_cell_record(
-                    keys, table, model, split, overrides, args.tuned_trials, args.tag, settings, log
-                )
-                append_record(jsonl, record)
-                if record["status"] in OK_STATUSES:
-                    done.add(key)
-                n_new += 1
-    return n_new
+                pending.append((table, model, split, overrides, settings))
+
+    def finished(_: int, record: dict[str, Any]) -> None:
+        append_record(jsonl, record)
+        if args.backend != "serial":  # the task's own lines stayed on its worker
+            outcome = record.get("error") or f"{record.get('primary')}={record.get('score')}"
+            log(
+                f"[{record['status']}] {record['table']} {record['model']} split {record['split']}: {outcome}"
+            )
+
+    cell = functools.partial(_run_pending, keys, args.tuned_trials, args.tag, log)
+    if args.backend == "ray":
+        # Ray workers on this machine inherit the environment: let them import devsuite too
+        here = str(Path(__file__).resolve().parent)
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
+    map_tasks(
+        cell,
+        pending,
+        backend=args.backend,
+        address=args.ray_address,
+        cpus_per_task=ds.N_THREADS,
+        threads=ds.N_THREADS,
+        on_result=finished,
+    )
+    return len(pending)
+
+
+def _run_pending(
+    keys: KeyMaker, tuned_trials: int, tag: str, log: Any, cell: tuple[str, str, int, dict, dict]
+) -> dict[str, Any]:
+    table, model, split, overrides, settings = cell
+    return run_cell_record(keys, table, model, split, overrides, tuned_trials, tag, settings, log)
 
 
 def run_cell_record(
@@ -957,6 +984,16 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="rerun cells that have a current record (the newer line wins; e.g. to add a metric "
         "the harness did not compute when the record was made)",
+    )
+    parser.add_argument(
+        "--backend",
+        choices=["serial", "ray"],
+        default="serial",
+        help="run the cells one after another (default) or as Ray tasks of 2 CPUs each (their fit "
+        "times are then only comparable when each task had its CPUs to itself)",
+    )
+    parser.add_argument(
+        "--ray-address", help="with --backend ray: an existing cluster (default: start one here)"
     )
     parser.add_argument("--prune", action="store_true", help="delete stale lines from the JSONL")
     parser.add_argument("--key-git", action="store_true", help="put git HEAD + dirty flag in the keys")

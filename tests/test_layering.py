@@ -22,6 +22,7 @@ LAYERS: dict[str, int] = {
     "semiparam._config": 0,
     "semiparam._io": 0,
     "semiparam._measure": 0,
+    "semiparam.parallel": 0,  # map_tasks: serial or Ray; imports nothing of the package
     "semiparam.data": 1,
     "semiparam.datasets": 1,  # the public face of semiparam.data.datasets
     "semiparam.nn": 2,
@@ -45,6 +46,7 @@ BENCHMARK_API = {
     "semiparam.np",
     "semiparam.cli.main",
     "semiparam.tuning",
+    "semiparam.parallel",
 }
 
 

@@ -77,6 +77,9 @@ def add_impute_vcf_parser(sub: argparse._SubParsersAction) -> None:  # type: ign
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quiet", action="store_true", help="no progress output")
+    from .main import ray_options
+
+    ray_options(p, "the per-window models")
     p.set_defaults(func=cmd_impute_vcf)
 
 
@@ -129,6 +132,8 @@ def cmd_impute_vcf(args: argparse.Namespace) -> int:
             device=args.device,
             random_state=args.seed,
             verbose=False if args.quiet else None,
+            backend=args.backend,
+            ray_address=args.ray_address,
         )
     except ModuleNotFoundError as err:
         print(f"semiparam: error: {err}", file=sys.stderr)

@@ -109,6 +109,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
     # under torchrun (WORLD_SIZE > 1): join the process group; rank 0 writes the run directory
     group, args.device = init_from_environment(args.device)
+    if group.distributed and args.backend == "ray":
+        raise ValueError("--backend ray trains the members as Ray tasks; it does not combine with torchrun")
     if args.resume and not args.out:
         raise ValueError("--resume needs --out: the run directory of the fit to continue")
     out = Path(args.out or f"runs/{args.model}-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -130,6 +132,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
         loss=args.loss,
         time_budget=args.time_budget,
         n_estimators=args.n_estimators,
+        backend=args.backend,
+        ray_address=args.ray_address,
         **_training_kwargs(args),
     )
     start = time.perf_counter()
@@ -247,6 +251,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def ray_options(p: argparse.ArgumentParser, what: str) -> None:
+    """``--backend`` and ``--ray-address`` of a command whose independent fits may run on Ray."""
+    p.add_argument(
+        "--backend",
+        choices=["serial", "ray"],
+        default="serial",
+        help=f"train {what} one after another (default) or as Ray tasks; the result is the same",
+    )
+    p.add_argument("--ray-address", help="with --backend ray: an existing cluster (default: start one here)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="semiparam", description=__doc__.split("\n")[0])
     parser.add_argument("--debug", action="store_true", help="on an error, show the full traceback")
@@ -280,6 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="ensemble members (default: the preset's, 3 for the cpu preset, 1 for the paper presets)",
     )
+    ray_options(p, "the ensemble members")
     common(p)
     p.set_defaults(func=cmd_fit)
 

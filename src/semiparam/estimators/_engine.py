@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -466,6 +467,21 @@ class TableLearner:
         with atomic_directory(path, overwrite=overwrite) as tmp:
             self._save_files(tmp, extra)
         return path
+
+    def to_files(self) -> dict[str, bytes]:
+        """The files :meth:`save` writes, as ``{name: bytes}``: a fitted learner shipped between
+        processes (a Ray task's result) in the saved format, no pickle of live objects."""
+        with tempfile.TemporaryDirectory(prefix="semiparam-learner-") as tmp:
+            self._save_files(Path(tmp), None)
+            return {f.name: f.read_bytes() for f in sorted(Path(tmp).iterdir())}
+
+    @classmethod
+    def from_files(cls, files: dict[str, bytes], *, device: str | torch.device | None = None) -> TableLearner:
+        """The learner :meth:`to_files` packed (as :meth:`load` of the saved directory)."""
+        with tempfile.TemporaryDirectory(prefix="semiparam-learner-") as tmp:
+            for name, data in files.items():
+                (Path(tmp) / Path(name).name).write_bytes(data)
+            return cls.load(tmp, device=device)[0]
 
     def _save_files(self, path: Path, extra: dict[str, Any] | None) -> Path:
         meta = self.state_dict()

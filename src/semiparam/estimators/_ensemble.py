@@ -15,8 +15,11 @@ recipe of TabM / RealMLP); ``n_estimators`` chooses how many.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import json
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,6 +31,7 @@ import torch
 
 from .._io import atomic_directory
 from ..data.table import EncodedTable, TableEncoder, TableSchema
+from ..parallel import check_backend, map_tasks
 from ..training.config import TrainConfig
 from ..training.trainer import TrainHistory
 from ._context import PredictionContext
@@ -99,8 +103,33 @@ class EnsembleHistory:
         return cls([TrainHistory(**m) for m in d["members"]], d.get("seconds", 0.0))
 
 
+@dataclasses.dataclass
+class _MemberFit:
+    """Fit one member on the shared encoded rows and return it packed (a Ray task's body)."""
+
+    encoder: TableEncoder
+    enc: EncodedTable
+    enc_u: EncodedTable | None
+    resume: bool
+
+    def __call__(self, job: tuple[TableLearner, Path | None]) -> dict[str, bytes]:
+        member, member_dir = job
+        member.fit_encoded(self.encoder, self.enc, self.enc_u, checkpoint_dir=member_dir, resume=self.resume)
+        return member.to_files()
+
+
+def _predict_shard(
+    learner: EnsembleLearner, columns: tuple[str, ...], shard: EncodedTable
+) -> dict[str, dict[str, np.ndarray]]:
+    """One shard of query rows predicted (the body of a Ray task of sharded prediction)."""
+    return learner.predict_columns(shard, columns)
+
+
 class EnsembleLearner:
     """``n_members`` table models over one encoder (see the module docstring)."""
+
+    # with backend="ray", predictions for more query rows than this are sharded over Ray tasks
+    predict_shard_rows = 50_000
 
     def __init__(
         self,
@@ -112,9 +141,14 @@ class EnsembleLearner:
         device: str | torch.device = "cpu",
         seed: int = 0,
         verbose: bool | None = None,
+        backend: str = "serial",
+        ray_address: str | None = None,
     ) -> None:
         if n_members < 1:
             raise ValueError(f"n_estimators must be >= 1, got {n_members}")
+        check_backend(backend, ray_address)
+        self.backend = backend
+        self.ray_address = ray_address
         self.model_name = model_name
         self.model_config = model_config
         self.train_config = train_config
@@ -171,13 +205,36 @@ class EnsembleLearner:
         enc, enc_u = first.encode_for_fit(frame, schema, unlabeled)
         assert first.encoder is not None
         self.encoder = first.encoder
-        for k, member in enumerate(self.members):
-            member_dir = None if checkpoint_dir is None else Path(checkpoint_dir) / f"member_{k}"
-            member.fit_encoded(self.encoder, enc, enc_u, checkpoint_dir=member_dir, resume=resume)
+        member_dirs = [
+            None if checkpoint_dir is None else Path(checkpoint_dir) / f"member_{k}"
+            for k in range(len(self.members))
+        ]
+        if self.backend == "serial" or len(self.members) == 1:
+            for member, member_dir in zip(self.members, member_dirs, strict=True):
+                member.fit_encoded(self.encoder, enc, enc_u, checkpoint_dir=member_dir, resume=resume)
+        else:
+            # one Ray task per member; each returns its fitted member in the saved format
+            fit = _MemberFit(self.encoder, enc, enc_u, resume)
+            packed = map_tasks(
+                fit,
+                list(zip(self.members, member_dirs, strict=True)),
+                backend=self.backend,
+                address=self.ray_address,
+            )
+            self.members = [
+                TableLearner.from_files(f, device=m.device) for f, m in zip(packed, self.members, strict=True)
+            ]
+            for m in self.members:
+                m.encoder = self.encoder  # one encoder, as when fitted here
         self.history = EnsembleHistory(
             [m.history for m in self.members if m.history is not None], time.perf_counter() - start
         )
         return self
+
+    def use_backend(self, backend: str, ray_address: str | None = None) -> None:
+        """Where later fits and large predictions run (``"serial"`` or ``"ray"``)."""
+        check_backend(backend, ray_address)
+        self.backend, self.ray_address = backend, ray_address
 
     def set_context(self, context: EncodedTable) -> None:
         for member in self.members:
@@ -195,6 +252,8 @@ class EnsembleLearner:
         """As :meth:`TableLearner.predict_columns`, averaged over the members."""
         assert self.encoder is not None
         queries = frame if isinstance(frame, EncodedTable) else self.encoder.transform(frame, absent=absent)
+        if self.backend == "ray" and len(queries.values) > self.predict_shard_rows:
+            return self._predict_sharded(queries, columns)
         outs = [m.predict_columns(queries, columns) for m in self.members]
         if len(outs) == 1:
             return outs[0]
@@ -213,6 +272,43 @@ class EnsembleLearner:
                 entry["std"] = np.sqrt(np.maximum(second - mean**2, 0.0))
             result[name] = entry
         return result
+
+    def _predict_sharded(
+        self, queries: EncodedTable, columns: Sequence[str]
+    ) -> dict[str, dict[str, np.ndarray]]:
+        """Query rows in shards of ``predict_shard_rows``, each a Ray task. The context is encoded
+        once, here (NPT: the keys and values of the context rows in every block; SPIN: its
+        inducing points), and the model with that encoding goes to Ray's object store once; every
+        task reads it. Each query row attends to the context and itself only, so a row's
+        prediction does not depend on the shard it falls in."""
+        for member in self.members:
+            member.context_state()  # encode the context now, once for every shard
+        local = copy.copy(self)
+        local.backend = "serial"  # the tasks predict their shard here, not on Ray again
+        step = self.predict_shard_rows
+        shards = [
+            EncodedTable(queries.values[i : i + step], queries.missing[i : i + step])
+            for i in range(0, len(queries.values), step)
+        ]
+        from tqdm.auto import tqdm
+
+        verbose = self.members[0].verbose
+        enabled = sys.stderr.isatty() if verbose is None else bool(verbose)
+        bar = tqdm(total=len(shards), desc="predicting (shards)", leave=False, disable=not enabled)
+        try:
+            parts = map_tasks(
+                functools.partial(_predict_shard, local, tuple(columns)),
+                shards,
+                backend="ray",
+                address=self.ray_address,
+                on_result=lambda i, _: bar.update(),
+            )
+        finally:
+            bar.close()
+        return {
+            name: {key: np.concatenate([part[name][key] for part in parts]) for key in parts[0][name]}
+            for name in columns
+        }
 
     # -- persistence ----------------------------------------------------------------------------
     def save(self, path: str | Path, extra: dict[str, Any] | None = None, *, overwrite: bool = False) -> Path:
@@ -259,6 +355,7 @@ class EnsembleLearner:
         ens.model_name, ens.model_config = first.model_name, first.model_config
         ens.train_config, ens.seed = first.train_config, first.seed
         ens.members, ens.encoder, ens.history = members, first.encoder, history
+        ens.backend, ens.ray_address = "serial", None  # how it was fitted is not part of the model
         for m in members[1:]:
             m.encoder = first.encoder  # one encoder, as when fitted
         return ens, extra

@@ -88,6 +88,8 @@ class TableEstimatorMixin(BaseEstimator):
             device=self.device,
             seed=seed,
             verbose=self.verbose,
+            backend=getattr(self, "backend", "serial"),
+            ray_address=getattr(self, "ray_address", None),
         )
 
     def _as_frame(self, X: Any, *, reset: bool) -> pd.DataFrame:

@@ -72,6 +72,8 @@ class _SupervisedTableEstimator(ExplainMixin, TableEstimatorMixin):
         check_is_fitted(self, "learner_")
         frame = self._as_frame(X, reset=False)
         targets = list(self.learner_.schema.targets)
+        # where to predict follows the estimator's current backend (set_params after fit counts)
+        self.learner_.use_backend(getattr(self, "backend", "serial"), getattr(self, "ray_address", None))
         return self.learner_.predict_columns(frame, targets, absent=targets)
 
 
@@ -124,6 +126,13 @@ _PARAMS_DOC = """
     random_state : int, RandomState or None
     verbose : bool or None
         Progress bar; None shows it only on a terminal.
+    backend : {"serial", "ray"}
+        How the ensemble members are trained: one after another (default) or as Ray tasks
+        (``pip install 'semiparam[distributed]'``), each with this process's thread count, so the
+        fitted model is the same either way.
+    ray_address : str, optional
+        With ``backend="ray"``: the cluster to join (``"auto"``, ``ray://host:10001``); None starts
+        Ray on this machine for the fit.
 """
 
 
@@ -149,6 +158,8 @@ class TableClassifier(ClassifierMixin, _SupervisedTableEstimator):
         device: str = "cpu",
         random_state: Any = None,
         verbose: bool | None = None,
+        backend: str = "serial",
+        ray_address: str | None = None,
     ) -> None:
         _common_init(self, **{k: v for k, v in locals().items() if k not in ("self", "__class__")})
 
@@ -244,6 +255,8 @@ class TableRegressor(RegressorMixin, _ContinuousLossMixin, _SupervisedTableEstim
         device: str = "cpu",
         random_state: Any = None,
         verbose: bool | None = None,
+        backend: str = "serial",
+        ray_address: str | None = None,
     ) -> None:
         _common_init(self, **{k: v for k, v in locals().items() if k not in ("self", "__class__")})
 
@@ -346,6 +359,8 @@ class TablePredictor(_ContinuousLossMixin, _SupervisedTableEstimator):
         device: str = "cpu",
         random_state: Any = None,
         verbose: bool | None = None,
+        backend: str = "serial",
+        ray_address: str | None = None,
     ) -> None:
         _common_init(self, **{k: v for k, v in locals().items() if k not in ("self", "__class__")})
 

@@ -30,6 +30,8 @@ inputs by the reference haplotype that best fits its genotypes (see :func:`.phas
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import math
 import sys
@@ -51,6 +53,7 @@ from ..data.genotypes import HaplotypePanel, VariantSites
 from ..data.table import ColumnSpec, TableEncoder, TableSchema
 from ..estimators._engine import TableLearner, resolve_device
 from ..models.registry import get_model, model_names
+from ..parallel import check_backend, map_tasks
 from ..training.config import TrainConfig
 from ..training.seeding import seeded_build
 from ..training.trainer import Batch, ProgressBar, Trainer
@@ -103,6 +106,12 @@ class GenotypeImputer:
         Progress bars (None: only on a terminal).
     log : callable, optional
         Called with one-line progress messages (the CLI prints them).
+    backend : {"serial", "ray"}
+        How the per-window models are trained: one after another (default) or as Ray tasks
+        (``pip install 'semiparam[distributed]'``), each with this process's thread count; the
+        fitted imputer is the same either way. The shared model is one fit, always here.
+    ray_address : str, optional
+        With ``backend="ray"``: the cluster to join; None starts Ray on this machine.
     """
 
     def __init__(
@@ -125,6 +134,8 @@ class GenotypeImputer:
         random_state: int = 0,
         verbose: bool | None = None,
         log: Callable[[str], None] | None = None,
+        backend: str = "serial",
+        ray_address: str | None = None,
     ) -> None:
         self.model = model
         self.mode = mode
@@ -143,6 +154,8 @@ class GenotypeImputer:
         self.random_state = random_state
         self.verbose = verbose
         self.log = log
+        self.backend = backend
+        self.ray_address = ray_address
 
     # -- configuration --------------------------------------------------------------------------
     @property
@@ -162,6 +175,7 @@ class GenotypeImputer:
             raise ConfigError(f"knn_neighbors must be >= 1 or None, got {self.knn_neighbors}")
         resolve_device(self.device)
         self.spec  # validates the window shape  # noqa: B018
+        check_backend(self.backend, self.ray_address)
 
     def _configs(self) -> tuple[Any, TrainConfig]:
         train = dict(self.train_options or {})
@@ -215,6 +229,10 @@ class GenotypeImputer:
         if self.model in BASELINES:
             self.neighbors_ = self.knn_neighbors or self._pick_k()
             self.learners_: list[TableLearner] = []
+        elif self.mode == "per_window" and self.backend == "ray":
+            task = functools.partial(_fit_window_files, copy.copy(self)._without_log())
+            packed = map_tasks(task, list(enumerate(self.windows_)), backend="ray", address=self.ray_address)
+            self.learners_ = [TableLearner.from_files(f, device=self.device) for f in packed]
         elif self.mode == "per_window":
             self.learners_ = [
                 self._fit_window(w, k) for k, w in enumerate(self._progress(self.windows_, "windows"))
@@ -255,6 +273,10 @@ class GenotypeImputer:
         frame = self._frame(self._reference_tokens(window), schema.names)
         learner = self._new_learner(self.random_state + index)
         return learner.fit(frame, schema)
+
+    def _without_log(self) -> GenotypeImputer:
+        self.log = None  # a Ray task has nowhere to print; the caller's log stays with the caller
+        return self
 
     def _fit_shared(self) -> TableLearner:
         """One model for all windows: each step trains on a batch of one random window's rows."""
@@ -553,6 +575,12 @@ class GenotypeImputer:
             )
             imp.learners_ = [TableLearner.load(d, device=params["device"])[0] for d in dirs]
         return imp
+
+
+def _fit_window_files(imputer: GenotypeImputer, job: tuple[int, Window]) -> dict[str, bytes]:
+    """One window's model, fitted and packed (the body of a Ray task)."""
+    index, window = job
+    return imputer._fit_window(window, index).to_files()
 
 
 def _knn_predict(q_bits: np.ndarray, r_in: np.ndarray, r_out: np.ndarray, k: int) -> np.ndarray:
