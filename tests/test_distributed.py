@@ -111,6 +111,17 @@ def test_one_shard_trains_as_before_and_two_shards_differ() -> None:
     assert two.history_.n_steps == 10
 
 
+def test_shards_train_a_table_without_categorical_columns() -> None:
+    # the model's categorical heads are then empty parameters, which the sharded step must handle
+    frame = table().drop(columns="c")
+    X, y = frame.drop(columns="y"), frame["y"].to_numpy()
+    est = NPTRegressor(
+        n_estimators=1, model_options=MODEL, max_steps=6, train_options={**TRAIN, "shards": 2}, random_state=0
+    )
+    assert any(p.numel() == 0 for p in est.set_params(verbose=False).fit(X, y).learner_.module.parameters())
+    assert np.isfinite(est.predict(X)).all() and est.history_.n_steps == 6
+
+
 def test_sharded_classifier_trains_and_resumes(tmp_path: Path) -> None:
     frame = table()
     X, y = frame.drop(columns="y"), np.where(frame["y"] > 0, "up", "down")

@@ -414,8 +414,9 @@ class Trainer:
                 self.config.label_smoothing,
             )
             # every parameter takes part in every backward pass, as DistributedDataParallel
-            # needs, even when this shard has no cell to score
-            loss = loss + 0.0 * sum(p.reshape(-1)[0] for p in self.params)
+            # needs, even when this shard has no cell to score (a parameter may be empty: the
+            # categorical heads of a table without categorical columns)
+            loss = loss + 0.0 * sum(p.reshape(-1)[:1].sum() for p in self.params)
             last = k == n_local - 1
             sync = self.ddp.no_sync() if self.ddp is not None and not last else contextlib.nullcontext()
             with sync:
