@@ -6,6 +6,8 @@
     .venv/bin/python benchmarks/tabular_study.py --tables boston,oj,titanic --trials 20
     .venv/bin/python benchmarks/tabular_study.py --members 1 --trials 12         # single-model settings
     .venv/bin/python benchmarks/tabular_study.py --report-only               # rebuild the report
+    .venv/bin/python benchmarks/tabular_study.py --members 1 --seeds 3 --trials 0 \
+        --enqueue p_feature=0.05                      # every fit over 3 seeds: a study of its own
     .venv/bin/python benchmarks/tabular_study.py --members 1 --trials 0 \
         --enqueue train_options.tradeoff_start=0.5 --enqueue model_options.dropout=0.0
 
@@ -159,26 +161,38 @@ def inner_data(table: str) -> tuple:
     return ds.inner_split(X_tr, y_tr, spec.task, ds.split_seed(table, 0))
 
 
-def evaluate(model: str, table: str, overrides: dict[str, Any]) -> dict[str, Any]:
+def evaluate(model: str, table: str, overrides: dict[str, Any], seeds: int = 1) -> dict[str, Any]:
+    """Fit ``model`` on the inner training rows of ``table`` with ``random_state`` = the split's
+    seed + i for i < ``seeds`` and score each fit on the inner validation rows: ``score`` is the
+    mean over the seeds, ``scores`` each one, ``fit_seconds`` their sum; stopping facts are the
+    first seed's. The rows are the same for every seed, so the spread of ``scores`` is the
+    model's own variance (initialisation, masks, validation carve-out, minibatches)."""
     from semiparam.bench.measure import measure
 
     spec = ds.TABLES[table]
     Xa, Xb, ya, yb = inner_data(table)
     n_classes = len(ds.load_table(table)[2])
-    est = ds.make_model(model, spec.task, ds.split_seed(table, 0), overrides)
-    with measure() as m:
-        est.fit(Xa, ya)
-    metrics = ds.predict_and_score(est, spec.task, Xb, yb, n_classes)
-    out = {"score": metrics[ds.primary_metric(spec.task)], "fit_seconds": m.seconds}
+    scores, seconds, first = [], 0.0, None
+    for i in range(seeds):
+        est = ds.make_model(model, spec.task, ds.split_seed(table, 0) + i, overrides)
+        with measure() as m:
+            est.fit(Xa, ya)
+        metrics = ds.predict_and_score(est, spec.task, Xb, yb, n_classes)
+        scores.append(float(metrics[ds.primary_metric(spec.task)]))
+        seconds += m.seconds
+        first = first or est
+    out: dict[str, Any] = {"score": float(np.mean(scores)), "fit_seconds": seconds}
+    if seeds > 1:
+        out["scores"] = scores
     if model in ds.NEURAL_MODELS:
-        h = ds.history_summary(est) or {}
+        h = ds.history_summary(first) or {}
         out["best_step"] = h.get("best_step")
         out["stop_reason"] = h.get("stop_reason")
     return out
 
 
 def reference_scores(
-    study: Any, tables: list[str], model: str, fixed: dict[str, Any] | None = None
+    study: Any, tables: list[str], model: str, fixed: dict[str, Any] | None = None, seeds: int = 1
 ) -> dict[str, Any]:
     """HGB-default inner scores (the normaliser) and the model's current defaults (with the
     study's ``fixed`` overrides, e.g. one ensemble member), computed once per table and kept in
@@ -194,8 +208,10 @@ def reference_scores(
         defaults = {"src_sha256": code}
     for t in tables:
         if t not in defaults:
-            r = evaluate(model, t, dict(fixed or {}))
+            r = evaluate(model, t, dict(fixed or {}), seeds)
             r["ratio"] = r["score"] / hgb[t]["score"]
+            if "scores" in r:
+                r["ratio_sd"] = float(np.std(r["scores"]) / hgb[t]["score"])
             defaults[t] = r
     study.set_user_attr("defaults", defaults)
     return hgb
@@ -207,6 +223,7 @@ def make_objective(
     hgb: dict[str, Any],
     space: dict[str, tuple],
     fixed: dict[str, Any] | None = None,
+    seeds: int = 1,
 ):
     code = ds.code_version()["src_sha256"]
 
@@ -215,7 +232,7 @@ def make_objective(
         overrides = {**(fixed or {}), **to_overrides(params)}
         ratios, fit_seconds, detail = {}, {}, {}
         for t in tables:
-            r = evaluate(model, t, overrides)
+            r = evaluate(model, t, overrides, seeds)
             ratios[t] = r["score"] / hgb[t]["score"]
             fit_seconds[t] = r["fit_seconds"]
             detail[t] = r
@@ -272,8 +289,11 @@ def rekey(study: Any, old_defaults: dict[str, Any], old_code: str, tables: list[
     print(f"rekeyed {n} trials from {old_code} to {code} (defaults reproduced on {len(tables)} tables)")
 
 
-def write_report(study: Any, model: str, out: Path, top: int = 10, code: str | None = None) -> Path:
-    """``code``: the src hash whose trials are ranked (default: the current tree's)."""
+def write_report(
+    study: Any, model: str, out: Path, top: int = 10, code: str | None = None, seeds: int = 1
+) -> Path:
+    """``code``: the src hash whose trials are ranked (default: the current tree's). A study of
+    several seeds per fit (``seeds``) has a report of its own, ``tabular_study_<model>_seeds<K>.md``."""
     import optuna
 
     code = code or ds.code_version()["src_sha256"]
@@ -291,6 +311,13 @@ def write_report(study: Any, model: str, out: Path, top: int = 10, code: str | N
         "model's inner-validation score divided by HistGradientBoosting's default score on the same "
         "split (log loss or RMSE ratio; lower is better; < 1 beats HGB). Inner split: 80/20 of the "
         "training rows of split 0; the test rows are never used."
+        + (
+            f" Every fit is repeated with {seeds} seeds (random_state = the split's seed + i, same rows) "
+            "and a table's score is their mean; \"ratio sd\" is the standard deviation of one fit's "
+            "ratio over the seeds, the noise a single-seed comparison carries."
+            if seeds > 1
+            else ""
+        )
     )
     md.append("")
     md.append(
@@ -317,6 +344,7 @@ def write_report(study: Any, model: str, out: Path, top: int = 10, code: str | N
             "HGB default score",
             f"{model} defaults score",
             "ratio",
+            *(["ratio sd"] if seeds > 1 else []),
             "fit s",
             "best step",
             "stop",
@@ -328,13 +356,16 @@ def write_report(study: Any, model: str, out: Path, top: int = 10, code: str | N
             d = d or {}
             md.append(
                 f"| {t} | {_fmt(hgb.get(t, {}).get('score'), 4)} | {_fmt(d.get('score'), 4)} | "
-                f"{_fmt(d.get('ratio'))} | {_fmt(d.get('fit_seconds'))} | {_fmt(d.get('best_step'))} | "
+                f"{_fmt(d.get('ratio'))} | "
+                + (f"{_fmt(d.get('ratio_sd'))} | " if seeds > 1 else "")
+                + f"{_fmt(d.get('fit_seconds'))} | {_fmt(d.get('best_step'))} | "
                 f"{d.get('stop_reason') or '–'} |"
             )
         if defaults.get("src_sha256") == code:
             ratios = [defaults[t]["ratio"] for t in tables if t in defaults]
             if ratios:
-                md.append(f"| **mean ratio** | | | **{_fmt(float(np.mean(ratios)))}** | | | |")
+                pad = " |" * (4 if seeds > 1 else 3)
+                md.append(f"| **mean ratio** | | | **{_fmt(float(np.mean(ratios)))}** |{pad}")
         md.append("")
     changed = sorted((t for t in current if t.user_attrs.get("change")), key=lambda t: t.value)
     if changed:
@@ -391,7 +422,7 @@ def write_report(study: Any, model: str, out: Path, top: int = 10, code: str | N
         md.append("")
         md.append("Overrides: `" + json.dumps(best.user_attrs.get("overrides"), sort_keys=True) + "`")
         md.append("")
-    path = out / f"tabular_study_{model}.md"
+    path = out / (f"tabular_study_{model}.md" if seeds == 1 else f"tabular_study_{model}_seeds{seeds}.md")
     out.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(md).rstrip() + "\n")
     print(f"wrote {path}")
@@ -447,6 +478,14 @@ def main(argv: list[str] | None = None) -> int:
         "settings with --members 1 costs a third of one at the default three",
     )
     parser.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        help="fit every table with this many seeds (random_state = the split's seed + i) and score "
+        "their mean: one fit's spread over seeds is as large as most single changes, so a "
+        "comparison of settings needs several (a study of its own, with its own report)",
+    )
+    parser.add_argument(
         "--rekey-from",
         metavar="SRC_HASH",
         help="count the trials made with this older src hash as current, once the current code "
@@ -479,6 +518,10 @@ def main(argv: list[str] | None = None) -> int:
     study_name = f"{args.model}:{','.join(sorted(tables))}"
     if fixed:
         study_name += f":members={args.members}"
+    if args.seeds < 1:
+        raise SystemExit(f"--seeds must be >= 1, got {args.seeds}")
+    if args.seeds > 1:
+        study_name += f":seeds={args.seeds}"
     study = optuna.create_study(
         study_name=study_name,
         storage=storage,
@@ -503,18 +546,18 @@ def main(argv: list[str] | None = None) -> int:
         study.set_user_attr("machine", ds.machine())
         start = time.perf_counter()
         old_defaults = dict(study.user_attrs.get("defaults", {}))
-        hgb = reference_scores(study, tables, args.model, fixed)
+        hgb = reference_scores(study, tables, args.model, fixed, args.seeds)
         print(f"references done in {time.perf_counter() - start:.0f}s")
         if args.rekey_from:
             rekey(study, old_defaults, args.rekey_from, tables)
         queued = enqueue(study, args.model, space, fixed, args.enqueue)
         study.optimize(
-            make_objective(args.model, tables, hgb, space, fixed),
+            make_objective(args.model, tables, hgb, space, fixed, args.seeds),
             n_trials=args.trials + queued,
             timeout=args.timeout,
             catch=(Exception,),
         )
-    write_report(study, args.model, args.out, code=args.code)
+    write_report(study, args.model, args.out, code=args.code, seeds=args.seeds)
     return 0
 
 
