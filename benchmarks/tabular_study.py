@@ -55,6 +55,7 @@ _COMMON: dict[str, tuple] = {
     "learning_rate": ("log_float", (2e-3, 3e-2)),
     "p_feature": ("float", (0.0, 0.3)),
     "patience": ("categorical", [4, 8, 16]),
+    "validation_fraction": ("categorical", [0.1, 0.2, 0.3]),  # rows that pick the checkpoint
     "train_options.tradeoff_start": ("float", (0.0, 1.0)),
     "train_options.tradeoff_steps": ("categorical", [100, 300, 1000]),
     "train_options.feature_transform": ("categorical", ["standard", "quantile"]),

@@ -261,6 +261,16 @@ def test_run_suite_writes_resumes_and_reports(tiny_plan: SuitePlan, tmp_path: Pa
         "| NPT |",
     ):
         assert section in text
+    # one row per NPT fold with the steps each member ran (at most max_steps=4) and its best step;
+    # the k-NN baseline trains no network and has none
+    stopped = text.split("## When each neural fit stopped")[1].split("\n## ")[0]
+    npt_rows = [line.split(" | ") for line in stopped.splitlines() if line.startswith("| tiny_bench | NPT |")]
+    assert sorted(row[2] for row in npt_rows) == ["0", "1"]
+    for row in npt_rows:
+        steps = [int(x) for x in row[3].split(", ")]
+        best = [int(x) for x in row[4].split(", ")]
+        assert len(steps) == len(best) >= 1 and all(0 <= b < s <= 4 for b, s in zip(best, steps, strict=True))
+    assert "k-NN" not in stopped
 
 
 def test_run_suite_can_compute_one_model_at_a_time(tiny_plan: SuitePlan, tmp_path: Path) -> None:

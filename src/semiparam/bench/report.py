@@ -313,6 +313,47 @@ def findings_section(results: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
+def stopping_section(results: dict[str, Any]) -> list[str]:
+    """Where each library model's training stopped, fold by fold: the steps each ensemble member
+    ran, its best (chosen) checkpoint and why it stopped. Empty when no record has them."""
+    rows = []
+    for r in results["records"]:
+        details = r.get("details") or {}
+        if r.get("status") != "ok" or r["model"] in BASELINES or "steps" not in details:
+            continue
+        members = details.get("members") or [details]
+        late = sum(
+            1 for m in members if m.get("best_step") is not None and m["best_step"] >= 0.9 * (m["steps"] - 1)
+        )
+        rows.append(
+            [
+                r["dataset"],
+                model_title(r["model"]),
+                str(r["fold"]),
+                ", ".join(str(m.get("steps", "–")) for m in members),
+                ", ".join(str(m.get("best_step", "–")) for m in members),
+                "; ".join(sorted({str(m.get("stop_reason") or "–") for m in members})),
+                f"{late} of {len(members)}",
+                f"{details.get('train_seconds', float('nan')):.1f}",
+            ]
+        )
+    if not rows:
+        return []
+    header = ["dataset", "model", "fold", "steps run", "best step", "stop reason", "best in last 10%",
+              "train s"]  # fmt: skip
+    return [
+        "## When each neural fit stopped",
+        "",
+        'One entry per ensemble member (comma-separated, member 0 first). "plateau, annealed": the '
+        "smoothed validation loss stopped improving, then the learning rate was annealed over a share "
+        'of the steps run and training ended; "max_steps" or "time_budget" would mean a fit was '
+        "cut off. A best checkpoint in the last tenth of a run falls in that final anneal.",
+        "",
+        *_table(header, rows),
+        "",
+    ]
+
+
 def plots(results: dict[str, Any], out_dir: str | Path, stem: str) -> list[Path]:
     """Dot plots of the primary metric per dataset (paper values as markers) and a time/memory
     scatter. Needs matplotlib (the ``bench`` extra); returns [] without it."""
@@ -442,6 +483,7 @@ def write_report(
     lines += reductions_section(results)
     lines += results_section(results)
     lines += findings_section(results)
+    lines += stopping_section(results)
     tasks = [meta["task"] for meta in results["datasets"].values()]
     if any(tasks.count(t) > 1 for t in set(tasks)):  # ranks over a single dataset say nothing
         lines += ranks_section(results)

@@ -125,9 +125,12 @@ def _to_tensor(name: str, value: ArrayLike) -> Tensor:
         tensor = value.detach()
     else:
         try:
-            tensor = torch.as_tensor(np.asarray(value, dtype=np.float32))
+            array = np.asarray(value, dtype=np.float32)
         except (TypeError, ValueError) as err:
             raise ValueError(f"{name} could not be read as an array of numbers: {err}") from None
+        # a read-only array (a pandas column's values, a memory map) is copied: a tensor that
+        # shares its memory could be written to
+        tensor = torch.as_tensor(array if array.flags.writeable else array.copy())
     if tensor.is_complex() or tensor.dtype == torch.bool:
         raise ValueError(f"{name} must hold real numbers, got dtype {tensor.dtype}")
     return tensor.to(torch.float32)
