@@ -162,9 +162,11 @@ def inner_data(table: str) -> tuple:
     return ds.inner_split(X_tr, y_tr, spec.task, ds.split_seed(table, 0))
 
 
-def evaluate(model: str, table: str, overrides: dict[str, Any], seeds: int = 1) -> dict[str, Any]:
+def evaluate(
+    model: str, table: str, overrides: dict[str, Any], seeds: int = 1, offset: int = 0
+) -> dict[str, Any]:
     """Fit ``model`` on the inner training rows of ``table`` with ``random_state`` = the split's
-    seed + i for i < ``seeds`` and score each fit on the inner validation rows: ``score`` is the
+    seed + ``offset`` + i for i < ``seeds`` and score each fit on the inner validation rows: ``score`` is the
     mean over the seeds, ``scores`` each one, ``fit_seconds`` their sum; stopping facts are the
     first seed's. The rows are the same for every seed, so the spread of ``scores`` is the
     model's own variance (initialisation, masks, validation carve-out, minibatches)."""
@@ -175,7 +177,7 @@ def evaluate(model: str, table: str, overrides: dict[str, Any], seeds: int = 1) 
     n_classes = len(ds.load_table(table)[2])
     scores, seconds, first = [], 0.0, None
     for i in range(seeds):
-        est = ds.make_model(model, spec.task, ds.split_seed(table, 0) + i, overrides)
+        est = ds.make_model(model, spec.task, ds.split_seed(table, 0) + offset + i, overrides)
         with measure() as m:
             est.fit(Xa, ya)
         metrics = ds.predict_and_score(est, spec.task, Xb, yb, n_classes)
@@ -193,7 +195,12 @@ def evaluate(model: str, table: str, overrides: dict[str, Any], seeds: int = 1) 
 
 
 def reference_scores(
-    study: Any, tables: list[str], model: str, fixed: dict[str, Any] | None = None, seeds: int = 1
+    study: Any,
+    tables: list[str],
+    model: str,
+    fixed: dict[str, Any] | None = None,
+    seeds: int = 1,
+    offset: int = 0,
 ) -> dict[str, Any]:
     """HGB-default inner scores (the normaliser) and the model's current defaults (with the
     study's ``fixed`` overrides, e.g. one ensemble member), computed once per table and kept in
@@ -209,7 +216,7 @@ def reference_scores(
         defaults = {"src_sha256": code}
     for t in tables:
         if t not in defaults:
-            r = evaluate(model, t, dict(fixed or {}), seeds)
+            r = evaluate(model, t, dict(fixed or {}), seeds, offset)
             r["ratio"] = r["score"] / hgb[t]["score"]
             if "scores" in r:
                 r["ratio_sd"] = float(np.std(r["scores"]) / hgb[t]["score"])
@@ -225,6 +232,7 @@ def make_objective(
     space: dict[str, tuple],
     fixed: dict[str, Any] | None = None,
     seeds: int = 1,
+    offset: int = 0,
 ):
     code = ds.code_version()["src_sha256"]
 
@@ -233,7 +241,7 @@ def make_objective(
         overrides = {**(fixed or {}), **to_overrides(params)}
         ratios, fit_seconds, detail = {}, {}, {}
         for t in tables:
-            r = evaluate(model, t, overrides, seeds)
+            r = evaluate(model, t, overrides, seeds, offset)
             ratios[t] = r["score"] / hgb[t]["score"]
             fit_seconds[t] = r["fit_seconds"]
             detail[t] = r
@@ -291,7 +299,13 @@ def rekey(study: Any, old_defaults: dict[str, Any], old_code: str, tables: list[
 
 
 def write_report(
-    study: Any, model: str, out: Path, top: int = 10, code: str | None = None, seeds: int = 1
+    study: Any,
+    model: str,
+    out: Path,
+    top: int = 10,
+    code: str | None = None,
+    seeds: int = 1,
+    offset: int = 0,
 ) -> Path:
     """``code``: the src hash whose trials are ranked (default: the current tree's). A study of
     several seeds per fit (``seeds``) has a report of its own, ``tabular_study_<model>_seeds<K>.md``."""
@@ -313,7 +327,8 @@ def write_report(
         "split (log loss or RMSE ratio; lower is better; < 1 beats HGB). Inner split: 80/20 of the "
         "training rows of split 0; the test rows are never used."
         + (
-            f" Every fit is repeated with {seeds} seeds (random_state = the split's seed + i, same rows) "
+            f" Every fit is repeated with {seeds} seeds (random_state = the split's seed + {offset} + i, "
+            "same rows) "
             "and a table's score is their mean; \"ratio sd\" is the standard deviation of one fit's "
             "ratio over the seeds, the noise a single-seed comparison carries."
             if seeds > 1
@@ -423,7 +438,12 @@ def write_report(
         md.append("")
         md.append("Overrides: `" + json.dumps(best.user_attrs.get("overrides"), sort_keys=True) + "`")
         md.append("")
-    path = out / (f"tabular_study_{model}.md" if seeds == 1 else f"tabular_study_{model}_seeds{seeds}.md")
+    stem = (
+        f"tabular_study_{model}"
+        + (f"_seeds{seeds}" if seeds > 1 else "")
+        + (f"_offset{offset}" if offset else "")
+    )
+    path = out / f"{stem}.md"
     out.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(md).rstrip() + "\n")
     print(f"wrote {path}")
@@ -487,6 +507,13 @@ def main(argv: list[str] | None = None) -> int:
         "comparison of settings needs several (a study of its own, with its own report)",
     )
     parser.add_argument(
+        "--seed-offset",
+        type=int,
+        default=0,
+        help="with --seeds: start the seeds here (random_state = the split's seed + offset + i), to "
+        "repeat a study on other seeds; a study and report of its own",
+    )
+    parser.add_argument(
         "--rekey-from",
         metavar="SRC_HASH",
         help="count the trials made with this older src hash as current, once the current code "
@@ -523,6 +550,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--seeds must be >= 1, got {args.seeds}")
     if args.seeds > 1:
         study_name += f":seeds={args.seeds}"
+    if args.seed_offset:
+        study_name += f":offset={args.seed_offset}"
     study = optuna.create_study(
         study_name=study_name,
         storage=storage,
@@ -547,18 +576,18 @@ def main(argv: list[str] | None = None) -> int:
         study.set_user_attr("machine", ds.machine())
         start = time.perf_counter()
         old_defaults = dict(study.user_attrs.get("defaults", {}))
-        hgb = reference_scores(study, tables, args.model, fixed, args.seeds)
+        hgb = reference_scores(study, tables, args.model, fixed, args.seeds, args.seed_offset)
         print(f"references done in {time.perf_counter() - start:.0f}s")
         if args.rekey_from:
             rekey(study, old_defaults, args.rekey_from, tables)
         queued = enqueue(study, args.model, space, fixed, args.enqueue)
         study.optimize(
-            make_objective(args.model, tables, hgb, space, fixed, args.seeds),
+            make_objective(args.model, tables, hgb, space, fixed, args.seeds, args.seed_offset),
             n_trials=args.trials + queued,
             timeout=args.timeout,
             catch=(Exception,),
         )
-    write_report(study, args.model, args.out, code=args.code, seeds=args.seeds)
+    write_report(study, args.model, args.out, code=args.code, seeds=args.seeds, offset=args.seed_offset)
     return 0
 
 

@@ -174,8 +174,12 @@ def test_study_report_of_several_seeds_has_its_own_file_and_the_seed_spread(tmp_
             params={"p_feature": 0.05},
             distributions={"p_feature": optuna.distributions.FloatDistribution(0.0, 0.3)},
             value=0.7,
-            user_attrs={"src_sha256": "s1", "ratios": {"boston": 0.7, "oj": 0.7}, "change": "p_feature=0.05",
-                        "total_fit_seconds": 20.0},  # fmt: skip
+            user_attrs={
+                "src_sha256": "s1",
+                "ratios": {"boston": 0.7, "oj": 0.7},
+                "change": "p_feature=0.05",
+                "total_fit_seconds": 20.0,
+            },  # fmt: skip
         )
     )
     path = st.write_report(study, "npt", tmp_path, seeds=3)
@@ -186,5 +190,7 @@ def test_study_report_of_several_seeds_has_its_own_file_and_the_seed_spread(tmp_
     assert "| ratio sd |" in refs and "| boston | 4.0000 | 3.0000 | 0.75 | 0.041 |" in refs
     assert "| **mean ratio** | | | **0.775** | | | | |" in refs
     assert "| `p_feature=0.05` | 0 | 0.7 |" in md
+    again = st.write_report(study, "npt", tmp_path, seeds=3, offset=3)  # the same study on other seeds
+    assert again.name == "tabular_study_npt_seeds3_offset3.md" and "seed + 3 + i" in again.read_text()
     single = st.write_report(study, "npt", tmp_path)
     assert single.name == "tabular_study_npt.md" and "ratio sd" not in single.read_text()
