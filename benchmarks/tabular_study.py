@@ -175,7 +175,7 @@ def evaluate(
     spec = ds.TABLES[table]
     Xa, Xb, ya, yb = inner_data(table)
     n_classes = len(ds.load_table(table)[2])
-    scores, seconds, first = [], 0.0, None
+    scores, seconds = [], 0.0
     for i in range(seeds):
         est = ds.make_model(model, spec.task, ds.split_seed(table, 0) + offset + i, overrides)
         with measure() as m:
@@ -183,7 +183,8 @@ def evaluate(
         metrics = ds.predict_and_score(est, spec.task, Xb, yb, n_classes)
         scores.append(float(metrics[ds.primary_metric(spec.task)]))
         seconds += m.seconds
-        first = first or est
+        if i == 0:
+            first = est
     out: dict[str, Any] = {"score": float(np.mean(scores)), "fit_seconds": seconds}
     if seeds > 1:
         out["scores"] = scores
@@ -308,7 +309,8 @@ def write_report(
     offset: int = 0,
 ) -> Path:
     """``code``: the src hash whose trials are ranked (default: the current tree's). A study of
-    several seeds per fit (``seeds``) has a report of its own, ``tabular_study_<model>_seeds<K>.md``."""
+    several seeds per fit (``seeds``, from ``offset``) has a report of its own,
+    ``tabular_study_<model>_seeds<K>[_offset<N>].md``."""
     import optuna
 
     code = code or ds.code_version()["src_sha256"]
@@ -380,7 +382,7 @@ def write_report(
         if defaults.get("src_sha256") == code:
             ratios = [defaults[t]["ratio"] for t in tables if t in defaults]
             if ratios:
-                pad = " |" * (4 if seeds > 1 else 3)
+                pad = " |" * (len(header) - 4)  # the columns after "ratio"
                 md.append(f"| **mean ratio** | | | **{_fmt(float(np.mean(ratios)))}** |{pad}")
         md.append("")
     changed = sorted((t for t in current if t.user_attrs.get("change")), key=lambda t: t.value)

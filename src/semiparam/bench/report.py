@@ -267,6 +267,16 @@ def ranks_section(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _members(details: dict[str, Any]) -> list[dict[str, Any]]:
+    """The trained networks of one record: each member of an ensemble, or the single model."""
+    return details.get("members") or [details]
+
+
+def _late_best(fits: list[dict[str, Any]]) -> int:
+    """How many of ``fits`` chose a checkpoint in the last tenth of the steps they ran."""
+    return sum(1 for d in fits if d.get("best_step") is not None and d["best_step"] >= 0.9 * (d["steps"] - 1))
+
+
 def findings_section(results: dict[str, Any]) -> list[str]:
     """One line per dataset and library model: where it stands against the best model of this run
     and against the paper's number, on the dataset's primary metric (computed, not hand-written)."""
@@ -301,11 +311,9 @@ def findings_section(results: dict[str, Any]) -> list[str]:
                 member
                 for r in results["records"]
                 if r.get("status") == "ok" and r["dataset"] == name and r["model"] == model
-                for member in r["details"].get("members", [r["details"]])
+                for member in _members(r["details"])
             ]
-            late = sum(
-                1 for d in fits if d.get("best_step") is not None and d["best_step"] >= 0.9 * (d["steps"] - 1)
-            )
+            late = _late_best(fits)
             if late:
                 text += f"; best checkpoint in the last 10% of steps in {late}/{len(fits)} fit(s)"
                 text += " (still improving: more steps should help)"
@@ -321,10 +329,7 @@ def stopping_section(results: dict[str, Any]) -> list[str]:
         details = r.get("details") or {}
         if r.get("status") != "ok" or r["model"] in BASELINES or "steps" not in details:
             continue
-        members = details.get("members") or [details]
-        late = sum(
-            1 for m in members if m.get("best_step") is not None and m["best_step"] >= 0.9 * (m["steps"] - 1)
-        )
+        members = _members(details)
         rows.append(
             [
                 r["dataset"],
@@ -333,7 +338,7 @@ def stopping_section(results: dict[str, Any]) -> list[str]:
                 ", ".join(str(m.get("steps", "–")) for m in members),
                 ", ".join(str(m.get("best_step", "–")) for m in members),
                 "; ".join(sorted({str(m.get("stop_reason") or "–") for m in members})),
-                f"{late} of {len(members)}",
+                f"{_late_best(members)} of {len(members)}",
                 f"{details.get('train_seconds', float('nan')):.1f}",
             ]
         )
