@@ -51,6 +51,9 @@ class TableEstimatorMixin(BaseEstimator):
     """Parameters, config resolution, input conversion and persistence common to all estimators."""
 
     _model_name = "npt"
+    # TrainConfig fields this estimator sets where the preset would otherwise decide (an argument
+    # or train_options entry still wins)
+    _train_defaults: dict[str, Any] = {}
 
     def _configs(self) -> tuple[Any, TrainConfig]:
         config_cls, _ = get_model(self._model_name)
@@ -59,9 +62,10 @@ class TableEstimatorMixin(BaseEstimator):
             model_config = config_cls.from_dict(dict(self.model_options), base=model_config)
         train_config = TrainConfig.preset(self.preset, model=self._model_name)
         explicit = {name: getattr(self, name) for name in _TRAIN_ARGS if getattr(self, name) is not None}
-        default_steps = getattr(self, "_default_max_steps", None)
-        if default_steps is not None and "max_steps" not in {**explicit, **(self.train_options or {})}:
-            explicit["max_steps"] = default_steps
+        given = {**explicit, **(self.train_options or {})}
+        for name, value in self._train_defaults.items():
+            if name not in given:
+                explicit[name] = value
         options = dict(self.train_options or {})
         clash = sorted(set(explicit) & set(options))
         if clash:

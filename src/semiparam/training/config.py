@@ -156,7 +156,14 @@ class TrainConfig(FrozenConfig):
         setting) the corruption test found the model ignoring other rows. These values come
         from short trials on the development suite (``benchmarks/devsuite.py``), not yet from a
         completed search: ``benchmarks/tabular_study.py`` is the study meant to tune them, and
-        ``benchmarks/results/tabular_defaults.md`` shows how they compare with gradient boosting."""
+        ``benchmarks/results/tabular_defaults.md`` shows how they compare with gradient boosting.
+
+        Feature cells are masked with probability 0.05, not the paper's 0.15: of the single
+        changes scored over three seeds each (``tabular_study.py --seeds 3``, seeds 0-2 and again
+        with ``--seed-offset 3``; ``benchmarks/results/tabular_study_npt_seeds3*.md``), it was the
+        one that lowered the objective beyond the seed noise in both repeats, at no fit-time
+        cost. SPIN keeps 0.15 (:meth:`spin_cpu`): it was not in that study."""
+        # NOTE[DIFF]: p_feature 0.05 (the paper's default: 0.15; spec-npt 2.3)
         return cls(
             learning_rate=1e-2,
             lr_schedule="adaptive",
@@ -174,6 +181,7 @@ class TrainConfig(FrozenConfig):
             calibrate=True,
             label_smoothing=0.1,
             p_target=0.5,
+            p_feature=0.05,
         )
 
     @classmethod
@@ -197,7 +205,7 @@ class TrainConfig(FrozenConfig):
         at 0.5 (spec-spin section 3.1). With an anneal of a quarter, the best checkpoint of every
         member on yacht and of most on diamonds was the last step or next to it, as NPT's had
         been (the stopping table of ``benchmarks/results/tabular_defaults.md``)."""
-        return cls.cpu().replace(tradeoff_start=0.5)
+        return cls.cpu().replace(tradeoff_start=0.5, p_feature=0.15)
 
     @classmethod
     def spin_paper_small(cls) -> TrainConfig:
