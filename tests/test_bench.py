@@ -278,6 +278,13 @@ def test_run_suite_can_compute_one_model_at_a_time(tiny_plan: SuitePlan, tmp_pat
     assert set(first["summary"]["tiny_bench"]) == {"knn"}
     collected = run_suite(tiny_plan, tmp_path, compute=False, log=lambda s: None)
     assert set(collected["summary"]["tiny_bench"]) == {"knn"}
+    # a rebuilt report names the machine the records were made on, not the rebuild's load or time,
+    # so rebuilding it again writes the same file
+    assert collected["machine"] == first["records"][0]["machine"]
+    assert "load_average_at_start" not in collected["machine"] and collected["wall_seconds"] is None
+    again = run_suite(tiny_plan, tmp_path, compute=False, log=lambda s: None)
+    a, b = write_results(collected, tmp_path / "a.json"), write_results(again, tmp_path / "b.json")
+    assert a.read_text() == b.read_text()
     with pytest.raises(ValueError, match="not in plan"):
         run_suite(tiny_plan, tmp_path, only_models=["xgb"], log=lambda s: None)
 

@@ -458,6 +458,13 @@ def machine_section(results: dict[str, Any], command: str | None) -> list[str]:
         "- peak memory: resident-set high-water mark of the process during each (model, fold), reset "
         'before each one; "above start" subtracts what the process held before (data, libraries)',
     ]
+    if "machines" in results:
+        cpus = sorted({str(m.get("cpu")) for m in results["machines"]})
+        lines.append(
+            f"- **machines**: the records were made on {len(cpus)} named machine(s) ({', '.join(cpus)}) "
+            f"and {results['records_without_machine']} record(s) do not name theirs; the machine line "
+            "above is the one that rebuilt this report, so compare timings with care"
+        )
     for model, reason in results.get("unavailable", {}).items():
         lines.append(f"- **{model_title(model)} not run**: {reason}")
     failures = [r for r in results["records"] if r.get("status") == "error"]

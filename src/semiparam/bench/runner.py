@@ -168,6 +168,8 @@ def run_suite(
     if not resume and jsonl.exists():
         jsonl.unlink()
     machine = machine_info()
+    # the machine each record was made on (its load is in the record's own load_average)
+    record_machine = {k: v for k, v in machine.items() if k != "load_average_at_start"}
     started = time.time()
     records: list[dict[str, Any]] = []
     unavailable = {m: model_unavailable_reason(m) for m in plan.models}
@@ -238,6 +240,7 @@ def run_suite(
                     "model": model,
                     "fold": fold.index,
                     "sizes": fold.sizes(),
+                    "machine": record_machine,
                 }
                 try:
                     with measure() as m:
@@ -278,13 +281,38 @@ def run_suite(
     return {
         "plan": _jsonable(plan.to_dict()),
         "plan_fingerprint": plan.fingerprint(),
-        "machine": machine,
-        "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)),
-        "wall_seconds": time.time() - started,
+        **_run_context(records, machine, started, computed=compute),
         "unavailable": {m: r for m, r in unavailable.items() if r},
         "datasets": _jsonable(dataset_meta),
         "records": records,
         "summary": summarize(records),
+    }
+
+
+def _run_context(
+    records: Sequence[dict[str, Any]], machine: dict[str, Any], started: float, *, computed: bool
+) -> dict[str, Any]:
+    """The machine and times a results file states. A run that computed describes itself. A
+    report rebuilt from the records (``computed=False``) describes the machine the records name
+    (every record since they carry one), never the machine or load of the rebuild, and no run
+    time, so rebuilding twice writes the same file."""
+    if computed:
+        return {
+            "machine": machine,
+            "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)),
+            "wall_seconds": time.time() - started,
+        }
+    named = {json.dumps(r["machine"], sort_keys=True): r["machine"] for r in records if r.get("machine")}
+    context: dict[str, Any] = {"started": None, "wall_seconds": None, "report_only": True}
+    if len(named) == 1 and all(r.get("machine") for r in records):
+        return {**context, "machine": next(iter(named.values()))}
+    # records from several machines, or older ones that do not name theirs: the rebuilding
+    # machine stands in, and the report says so
+    return {
+        **context,
+        "machine": {k: v for k, v in machine.items() if k != "load_average_at_start"},
+        "machines": list(named.values()),
+        "records_without_machine": sum(1 for r in records if not r.get("machine")),
     }
 
 
