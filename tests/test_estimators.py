@@ -11,6 +11,7 @@ from semiparam import (
     DataValidationError,
     NPTClassifier,
     NPTRegressor,
+    SPINClassifier,
     TableImputer,
     TablePredictor,
 )
@@ -150,6 +151,17 @@ def test_set_context_changes_predictions_without_retraining(fitted, tmp_path):
         np.testing.assert_array_equal(v.numpy(), weights[k].numpy())
     with pytest.raises(DataValidationError, match="not seen"):
         clf_copy.set_context(frame.iloc[:3], ["yes", "no", "maybe"])
+
+
+def test_masking_rates_each_estimator_trains_with():
+    # NPT's cpu preset masks few feature cells (the supervised study's choice); SPIN and the
+    # imputer, whose only signal is feature masking, keep the paper's 0.15; an argument still wins
+    assert NPTClassifier()._configs()[1].p_feature == 0.05
+    assert SPINClassifier()._configs()[1].p_feature == 0.15
+    imputer_train = TableImputer()._configs()[1]
+    assert (imputer_train.p_feature, imputer_train.max_steps) == (0.15, 400)
+    assert TableImputer(p_feature=0.3, max_steps=7)._configs()[1].p_feature == 0.3
+    assert TableImputer(train_options={"max_steps": 7})._configs()[1].max_steps == 7
 
 
 def test_imputer_fills_every_missing_cell(mixed_frame):
