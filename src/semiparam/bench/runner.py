@@ -168,8 +168,7 @@ def run_suite(
     if not resume and jsonl.exists():
         jsonl.unlink()
     machine = machine_info()
-    # the machine each record was made on (its load is in the record's own load_average)
-    record_machine = {k: v for k, v in machine.items() if k != "load_average_at_start"}
+    record_machine = _without_load(machine)  # its load is in each record's own load_average
     started = time.time()
     records: list[dict[str, Any]] = []
     unavailable = {m: model_unavailable_reason(m) for m in plan.models}
@@ -289,6 +288,12 @@ def run_suite(
     }
 
 
+def _without_load(machine: dict[str, Any]) -> dict[str, Any]:
+    """``machine_info()`` less the load at the moment it was read: what a record made on it, or a
+    report rebuilt from such records, can state about the machine."""
+    return {k: v for k, v in machine.items() if k != "load_average_at_start"}
+
+
 def _run_context(
     records: Sequence[dict[str, Any]], machine: dict[str, Any], started: float, *, computed: bool
 ) -> dict[str, Any]:
@@ -310,7 +315,7 @@ def _run_context(
     # machine stands in, and the report says so
     return {
         **context,
-        "machine": {k: v for k, v in machine.items() if k != "load_average_at_start"},
+        "machine": _without_load(machine),
         "machines": list(named.values()),
         "records_without_machine": sum(1 for r in records if not r.get("machine")),
     }
