@@ -388,12 +388,17 @@ def move_records(
     old_full: str | set[str],
     provenance: Mapping,
     models: set[str] | None = None,
+    except_tables: Iterable[str] = (),
 ) -> int:
-    """Give the NPT/SPIN records made by code ``old_full`` (of ``models``, default all) the current
-    key, recording in their ``code`` where they came from (``provenance``); the number moved."""
+    """Give the NPT/SPIN records made by code ``old_full`` (of ``models``, default all; not those
+    of ``except_tables``) the current key, recording in their ``code`` where they came from
+    (``provenance``); the number moved."""
     moved = 0
+    skip = set(except_tables)
     for r in records:
         if not _made_by(r, old_full) or (models is not None and r["model"] not in models):
+            continue
+        if r["table"] in skip:
             continue
         table, model, split = r["table"], r["model"], int(r["split"])
         settings = keys.settings(
@@ -452,6 +457,7 @@ def rekey_verified(
     log=print,
     models: Iterable[str] | None = None,
     against_commit: bool = False,
+    except_tables: Iterable[str] = (),
 ) -> tuple[int, int]:
     """Move the NPT/SPIN records made by ``commit``'s code to the current key after checking, by
     rerunning, that the current code reproduces them: every model among those records is refitted
@@ -467,7 +473,11 @@ def rekey_verified(
     ``against_commit``: compare the reruns with the same cells run now by ``commit``'s code (in a
     subprocess, on this machine) instead of with the records. For records made on another machine:
     float32 training rounds differently on another CPU (its vector units pick other kernels), so
-    a rerun there can differ from the record while old and new code agree with each other here."""
+    a rerun there can differ from the record while old and new code agree with each other here.
+
+    ``except_tables``: tables whose numbers the change is meant to move (a new preprocessing step
+    that only acts on some tables' columns, say); their records stay under the old key (stale,
+    to be rerun) and they cannot be verification tables."""
     from semiparam.bench.measure import code_hash
 
     with contextlib.ExitStack() as stack:
@@ -475,7 +485,9 @@ def rekey_verified(
         # the hash the runner keys on, and the one it keyed on before it followed the table
         # models' imports (every module of the package): records of either are that code's
         old_full = {code_hash(old_root), code_hash(old_root, modules=None)}
-        return _rekey_verified(jsonl, keys, commit, old_root, old_full, tables, log, models, against_commit)
+        return _rekey_verified(
+            jsonl, keys, commit, old_root, old_full, tables, log, models, against_commit, except_tables
+        )
 
 
 def _rekey_verified(
@@ -488,7 +500,12 @@ def _rekey_verified(
     log: Any,
     models: Iterable[str] | None,
     against_commit: bool,
+    except_tables: Iterable[str] = (),
 ) -> tuple[int, int]:
+    except_tables = tuple(except_tables)
+    both = sorted(set(tables) & set(except_tables))
+    if both:
+        raise SystemExit(f"{both} are both verification tables and tables whose records stay stale")
     records = read_records(jsonl)
     chosen = set(models) if models is not None else None
     old = [
@@ -547,6 +564,7 @@ def _rekey_verified(
             **({"verified_against": f"{commit} rerun on the verifying machine"} if against_commit else {}),
         },
         models=chosen,
+        except_tables=except_tables,
     )
     rewrite_records(jsonl, records)
     for r in checks:
@@ -1019,6 +1037,12 @@ def main(argv: list[str] | None = None) -> int:
         help="with --rekey-verified: compare the reruns with COMMIT's code rerun now on this machine, "
         "not with the records (for records made on another machine)",
     )
+    parser.add_argument(
+        "--rekey-except",
+        metavar="TABLES",
+        help="with --rekey-verified: leave the records of these tables (whose numbers the change "
+        "moves) under the old key, to be rerun",
+    )
     args = parser.parse_args(argv)
     sets = parse_sets(args.set)
     jsonl = args.out / JSONL_NAME
@@ -1035,6 +1059,7 @@ def main(argv: list[str] | None = None) -> int:
             tables,
             models=models,
             against_commit=args.against_commit,
+            except_tables=split_list(args.rekey_except, ds.TABLES, "tables") if args.rekey_except else (),
         )
         print(f"rekeyed {jsonl} from {args.rekey_verified} after verifying {list(tables)}: {moved} records")
         return 0

@@ -194,3 +194,28 @@ def test_study_report_of_several_seeds_has_its_own_file_and_the_seed_spread(tmp_
     assert again.name == "tabular_study_npt_seeds3_offset3.md" and "seed + 3 + i" in again.read_text()
     single = st.write_report(study, "npt", tmp_path)
     assert single.name == "tabular_study_npt.md" and "ratio sd" not in single.read_text()
+
+
+def test_move_records_leaves_the_excepted_tables_stale():
+    # a change that moves some tables' numbers (grouping rare categories) carries the other
+    # tables' records to the new key and leaves those tables' under the old one, to be rerun
+    class Keys:
+        code = {"src_sha256": "new"}
+
+        def settings(self, table, model, split, overrides, trials):
+            return {"table": table}
+
+        def key(self, table, model, split, settings):
+            return f"{table}/{model}/new"
+
+    records = [
+        {"table": t, "model": m, "split": 0, "code": {"src_sha256": "old"}, "key": "k"}
+        for t in ("yacht", "kick")
+        for m in ("npt", "hgb")
+    ]
+    moved = td.move_records(records, Keys(), "old", {"rekeyed_from": "c"}, except_tables=("kick",))
+    assert moved == 1
+    assert [(r["table"], r["model"], r["key"]) for r in records if r["key"] != "k"] == [
+        ("yacht", "npt", "yacht/npt/new")
+    ]
+    assert all(r["code"]["src_sha256"] == "old" for r in records if r["table"] == "kick")

@@ -164,6 +164,24 @@ def test_masking_rates_each_estimator_trains_with():
     assert TableImputer(train_options={"max_steps": 7})._configs()[1].max_steps == 7
 
 
+def test_rare_feature_categories_share_a_level_targets_never(mixed_frame):
+    # the cpu preset groups the categories of a feature seen in fewer than 5 training rows; a rare
+    # class of the target stays a class, and the imputer (whose every column is a target) groups
+    # nothing; min_category_count=1 is the papers' encoding
+    frame = mixed_frame.assign(shop=["s1"] * 30 + ["s2"] * 26 + ["r1", "r2", "r2", "r3"])
+    y = np.where(np.arange(60) < 3, "rare", frame.pop("target"))
+    clf = NPTClassifier(**FAST).fit(frame, y)
+    assert clf.infrequent_categories_ == {"shop": ["r1", "r2", "r3"]}
+    assert "rare" in clf.classes_ and clf.predict_proba(frame).shape == (60, 3)
+    with pytest.warns(UserWarning, match="infrequent level"):
+        clf.predict(frame.iloc[:1].assign(shop="new shop"))
+    plain = NPTClassifier(**FAST, train_options={"min_category_count": 1}).fit(frame, y)
+    assert plain.infrequent_categories_ == {}
+    assert TableImputer()._configs()[1].min_category_count == 1
+    npt_count = NPTClassifier()._configs()[1].min_category_count
+    assert npt_count > 1 and SPINClassifier()._configs()[1].min_category_count == npt_count
+
+
 def test_imputer_fills_every_missing_cell(mixed_frame):
     frame = mixed_frame.copy()
     frame = frame.astype({"flag": object, "target": object})

@@ -118,9 +118,12 @@ def check_encoding(encoder: TableEncoder, frame: pd.DataFrame, same_rows: bool) 
         if spec.kind == CATEGORICAL:
             codes = enc.values[observed, j]
             assert (codes == np.round(codes)).all() and (codes >= 0).all()
-            assert (codes < len(spec.categories)).all()
+            assert (codes < spec.n_levels).all()
             for code, cell in zip(codes.astype(int), col[observed]):
-                assert spec.categories[code] == cell
+                if code < len(spec.categories):
+                    assert spec.categories[code] == cell
+                else:  # the shared level: a category grouped at fit, or one unseen there
+                    assert cell in spec.infrequent or (not same_rows and cell not in spec.categories)
         else:
             assert not enc.missing[~isna, j].any(), "observed numbers are never missing"
             if same_rows:  # the rows the encoder was fitted on decode back to themselves
@@ -131,13 +134,22 @@ def check_encoding(encoder: TableEncoder, frame: pd.DataFrame, same_rows: bool) 
                     np.testing.assert_allclose(back, x, rtol=1e-4, atol=1e-4 * scale)
 
 
-def run(train: pd.DataFrame, test: pd.DataFrame, quantile: bool) -> None:
+def run(train: pd.DataFrame, test: pd.DataFrame, transformed: bool) -> None:
+    """``transformed``: quantile maps for the continuous columns, and categories seen once share
+    an infrequent level; else the papers' standardisation and one level per category."""
     try:
         schema = infer_schema(train)
         continuous = [c.name for c in schema.columns if c.kind != CATEGORICAL]
+        categorical = [c.name for c in schema.columns if c.kind == CATEGORICAL]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # sklearn: n_quantiles > n_samples
-            encoder = TableEncoder.fit(train, schema, quantile_columns=continuous if quantile else ())
+            encoder = TableEncoder.fit(
+                train,
+                schema,
+                quantile_columns=continuous if transformed else (),
+                min_category_count=2 if transformed else 1,
+                group_columns=categorical,
+            )
     except DataValidationError:
         return
     check_encoding(encoder, train, same_rows=True)

@@ -58,6 +58,35 @@ def test_unseen_category_is_missing_with_warning(mixed_frame):
     assert not enc.missing[1, schema.names.index("cat")]
 
 
+def test_infrequent_categories_share_one_level():
+    frame = pd.DataFrame(
+        {
+            "c": ["a"] * 6 + ["b"] * 5 + ["r1", "r2", "r2"],
+            "y": ["p", "q"] * 6 + ["rare", "q"],  # a target: never grouped
+            "x": np.arange(14.0),
+        }
+    )
+    schema = infer_schema(frame, targets=["y"])
+    encoder = TableEncoder.fit(frame, schema, min_category_count=3, group_columns=["c"])
+    c = encoder.schema.column("c")
+    assert (c.categories, c.infrequent, c.n_levels) == (("a", "b"), ("r1", "r2"), 3)
+    assert encoder.schema.column("y").categories == ("p", "q", "rare")
+    assert encoder.schema.layout().cardinalities == (3, 3, 0)
+    enc = encoder.transform(frame)
+    assert enc.values[:, 0].tolist() == [0] * 6 + [1] * 5 + [2] * 3 and not enc.missing[:, 0].any()
+    with pytest.warns(UserWarning, match="infrequent level"):  # unseen joins the shared level
+        new = encoder.transform(frame.iloc[:2].assign(c=["zz", np.nan]))
+    assert new.values[0, 0] == 2 and not new.missing[0, 0] and new.missing[1, 0]
+    again = TableEncoder.from_dict(encoder.to_dict())
+    np.testing.assert_array_equal(again.transform(frame).values, enc.values)
+    # every category rare: one level (observed or missing); a count of 1 groups nothing
+    all_rare = TableEncoder.fit(frame, schema, min_category_count=10, group_columns=["c"])
+    assert all_rare.schema.column("c").n_levels == 1
+    assert TableEncoder.fit(frame, schema, min_category_count=1, group_columns=["c"]).schema == schema
+    with pytest.raises(DataValidationError, match="min_category_count"):
+        TableEncoder.fit(frame, schema, min_category_count=0, group_columns=["c"])
+
+
 def test_integer_categories_match_float_cells():
     frame = pd.DataFrame({"c": [1, 2, 3, 1], "x": [0.1, 0.2, 0.3, 0.4]})
     schema = infer_schema(frame, categorical=["c"])

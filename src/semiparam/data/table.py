@@ -4,8 +4,10 @@
 string and bool dtypes; continuous for numbers), with user overrides. ``TableEncoder.fit`` learns
 standardisation statistics and category maps from training rows only; ``transform`` turns a table
 into ``values (n, d) float32`` (standardised scalars or category indices) and ``missing (n, d)``.
-NaN, None and pd.NA are missing cells. A category never seen at fit time becomes missing, with a
-warning. Everything fitted is JSON-serialisable (``to_dict`` / ``from_dict``): no pickle.
+NaN, None and pd.NA are missing cells. Categories seen in too few training rows can share one
+"infrequent" level (``TableEncoder.fit``'s ``min_category_count``); a category never seen at fit
+time joins that level, or becomes missing where a column has none, with a warning. Everything
+fitted is JSON-serialisable (``to_dict`` / ``from_dict``): no pickle.
 """
 
 from __future__ import annotations
@@ -30,13 +32,24 @@ class ColumnSpec:
     name: str
     kind: str  # CONTINUOUS or CATEGORICAL
     categories: tuple[Any, ...] = ()  # JSON scalars, in index order (categorical only)
+    # categories seen at fit too rarely to learn on their own: they share one level, index
+    # ``len(categories)`` (see ``TableEncoder.fit``'s ``min_category_count``)
+    infrequent: tuple[Any, ...] = ()
+
+    @property
+    def n_levels(self) -> int:
+        """Embedding rows the column needs: one per category, one for the infrequent ones."""
+        return len(self.categories) + (1 if self.infrequent else 0)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.kind, "categories": list(self.categories)}
+        out = {"name": self.name, "kind": self.kind, "categories": list(self.categories)}
+        if self.infrequent:
+            out["infrequent"] = list(self.infrequent)
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ColumnSpec:
-        return cls(d["name"], d["kind"], tuple(d["categories"]))
+        return cls(d["name"], d["kind"], tuple(d["categories"]), tuple(d.get("infrequent", ())))
 
 
 @dataclass(frozen=True)
@@ -68,7 +81,7 @@ class TableSchema:
     def layout(self) -> ColumnLayout:
         return ColumnLayout(
             tuple(c.kind for c in self.columns),
-            tuple(len(c.categories) if c.kind == CATEGORICAL else 0 for c in self.columns),
+            tuple(c.n_levels if c.kind == CATEGORICAL else 0 for c in self.columns),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -239,17 +252,34 @@ class TableEncoder:
 
     @classmethod
     def fit(
-        cls, frame: pd.DataFrame, schema: TableSchema, *, quantile_columns: Sequence[str] = ()
+        cls,
+        frame: pd.DataFrame,
+        schema: TableSchema,
+        *,
+        quantile_columns: Sequence[str] = (),
+        min_category_count: int = 1,
+        group_columns: Sequence[str] = (),
     ) -> TableEncoder:
         """``quantile_columns``: continuous columns mapped through scikit-learn's
         ``QuantileTransformer`` (normal output, one quantile per 30 rows, 10 to 1,000) fitted on
-        ``frame``; columns with at most two distinct values are only standardised."""
+        ``frame``; columns with at most two distinct values are only standardised.
+
+        ``group_columns``: categorical columns whose categories seen in fewer than
+        ``min_category_count`` rows of ``frame`` share one "infrequent" level (scikit-learn's
+        ``min_frequency`` of its encoders); a category first seen after fit joins that level too.
+        The returned encoder's ``schema`` records the grouping (``ColumnSpec.infrequent``)."""
         from sklearn.preprocessing import QuantileTransformer
 
+        if isinstance(min_category_count, bool) or not isinstance(min_category_count, (int, np.integer)):
+            raise DataValidationError(f"min_category_count must be an integer, got {min_category_count!r}")
+        if min_category_count < 1:
+            raise DataValidationError(f"min_category_count must be >= 1, got {min_category_count}")
         means: dict[str, float] = {}
         stds: dict[str, float] = {}
         quantiles: dict[str, dict[str, list[float]]] = {}
         frame = frame.set_axis([str(c) for c in frame.columns], axis=1)  # schema names are text
+        if min_category_count > 1 and group_columns:
+            schema = _group_infrequent(frame, schema, int(min_category_count), group_columns)
         for spec in schema.columns:
             if spec.kind != CONTINUOUS:
                 continue
@@ -349,6 +379,31 @@ class TableEncoder:
         )
 
 
+def _group_infrequent(
+    frame: pd.DataFrame, schema: TableSchema, min_count: int, columns: Sequence[str]
+) -> TableSchema:
+    """``schema`` with the categories of ``columns`` seen in fewer than ``min_count`` rows of
+    ``frame`` moved to ``ColumnSpec.infrequent`` (kept categories keep their order)."""
+    unknown = [c for c in columns if c not in schema.names]
+    if unknown:
+        raise DataValidationError(f"column(s) {unknown} to group are not in the table")
+    specs = []
+    for spec in schema.columns:
+        if spec.name not in columns or spec.kind != CATEGORICAL or spec.infrequent:
+            specs.append(spec)
+            continue
+        codes = _category_codes(frame[spec.name], spec)
+        counts = np.bincount(codes[codes >= 0], minlength=len(spec.categories))
+        rare = counts < min_count
+        if not rare.any():
+            specs.append(spec)
+            continue
+        kept = tuple(c for c, r in zip(spec.categories, rare) if not r)
+        grouped = tuple(c for c, r in zip(spec.categories, rare) if r)
+        specs.append(ColumnSpec(spec.name, CATEGORICAL, kept, grouped))
+    return TableSchema(tuple(specs), schema.targets)
+
+
 def _mean_std(x: np.ndarray) -> tuple[float, float]:
     """Mean and population std of finite ``x``, computed on ``x / 2**k`` (``2**k`` about max|x|) so
     that values near the float64 limit (1e308) do not overflow the sums; scaling by a power of two
@@ -374,21 +429,29 @@ def _check_float32(z: np.ndarray, miss: np.ndarray, name: str) -> None:
 
 
 def _category_codes(col: pd.Series, spec: ColumnSpec) -> np.ndarray:
-    """Index of each cell's category; -1 for missing and (with a warning) for unseen categories."""
+    """Index of each cell's category; the infrequent level (``len(spec.categories)``) for the
+    categories grouped at fit; -1 for missing. A category unseen at fit goes to the infrequent
+    level when the column has one, else it is missing; either way with a warning."""
     # Not scikit-learn's OrdinalEncoder: it refuses a column that mixes numbers and strings
     # ("Encoders require their input argument must be uniformly strings or numbers"), and such
     # columns are valid here (a schema's categories are JSON scalars of any mix).
     lookup = {cat: i for i, cat in enumerate(spec.categories)}
+    other = len(spec.categories)
+    lookup.update({cat: other for cat in spec.infrequent})
     isna = col.isna().to_numpy()
     # dict lookup matches 1 == 1.0 == np.int64(1) == True, so integer-valued floats find their ints
     mapped = col.astype(object).map(lambda v: lookup.get(v, -1) if v is not None else -1)
     codes = np.array(mapped.to_numpy(dtype=np.int64, na_value=-1))
     codes[isna] = -1
-    unseen = col[(codes < 0) & ~isna].tolist()
+    unseen_at = (codes < 0) & ~isna
+    unseen = col[unseen_at].tolist()
     if unseen:
+        if spec.infrequent:
+            codes[unseen_at] = other
+        treated = "given the column's infrequent level" if spec.infrequent else "treated as missing"
         warnings.warn(
             f"column {spec.name!r}: {len(unseen)} cell(s) hold categories not seen at fit time "
-            f"(e.g. {list(dict.fromkeys(unseen))[:5]}); they are treated as missing",
+            f"(e.g. {list(dict.fromkeys(unseen))[:5]}); they are {treated}",
             UserWarning,
             stacklevel=3,
         )

@@ -114,7 +114,14 @@ class TableLearner:
             quantile_columns = [
                 c.name for c in schema.columns if c.kind != CATEGORICAL and c.name not in schema.targets
             ]
-        self.encoder = TableEncoder.fit(stats_frame, schema, quantile_columns=quantile_columns)
+        features = [c.name for c in schema.columns if c.kind == CATEGORICAL and c.name not in schema.targets]
+        self.encoder = TableEncoder.fit(
+            stats_frame,
+            schema,
+            quantile_columns=quantile_columns,
+            min_category_count=self.train_config.min_category_count,
+            group_columns=features,
+        )
 
     def fit(
         self,

@@ -62,15 +62,12 @@ class TableEstimatorMixin(BaseEstimator):
             model_config = config_cls.from_dict(dict(self.model_options), base=model_config)
         train_config = TrainConfig.preset(self.preset, model=self._model_name)
         explicit = {name: getattr(self, name) for name in _TRAIN_ARGS if getattr(self, name) is not None}
-        given = {**explicit, **(self.train_options or {})}
-        for name, value in self._train_defaults.items():
-            if name not in given:
-                explicit[name] = value
         options = dict(self.train_options or {})
         clash = sorted(set(explicit) & set(options))
         if clash:
             raise ConfigError(f"{clash} given both as arguments and in train_options")
-        train_config = TrainConfig.from_dict({**explicit, **options}, base=train_config)
+        defaults = {k: v for k, v in self._train_defaults.items() if k not in explicit and k not in options}
+        train_config = TrainConfig.from_dict({**defaults, **explicit, **options}, base=train_config)
         return self._adjust_model_config(model_config), train_config
 
     def _adjust_model_config(self, model_config: Any) -> Any:
@@ -189,6 +186,13 @@ class TableEstimatorMixin(BaseEstimator):
             est.feature_names_in_ = np.asarray(extra["feature_names_in"], dtype=object)
         est._restore_extra(extra)
         return est
+
+    @property
+    def infrequent_categories_(self) -> dict[str, list[Any]]:
+        """Per categorical feature, the categories seen in fewer than ``min_category_count``
+        training rows, which share one level (columns without such categories are left out)."""
+        check_is_fitted(self, "learner_")
+        return {c.name: list(c.infrequent) for c in self.learner_.schema.columns if c.infrequent}
 
     @property
     def history_(self) -> Any:

@@ -67,8 +67,9 @@ class TableImputer(TransformerMixin, TableEstimatorMixin):
     # with nothing to validate on, the adaptive schedule would run to its ceiling: an imputer
     # trains for 400 steps unless max_steps is given. Feature masking is its whole training
     # signal, so it keeps the paper's p_feature of 0.15 (the cpu preset's 0.05 was chosen for
-    # supervised prediction, where the target loss leads)
-    _train_defaults = {"max_steps": 400, "p_feature": 0.15}
+    # supervised prediction, where the target loss leads). Every column is one it imputes, with a
+    # category it saw: none of them shares an infrequent level (min_category_count 1)
+    _train_defaults = {"max_steps": 400, "p_feature": 0.15, "min_category_count": 1}
 
     @property
     def _model_name(self) -> str:  # type: ignore[override]

@@ -8,6 +8,10 @@ from typing import Literal
 from .._config import ConfigError, FrozenConfig
 from .masking import MaskingPolicy
 
+# the cpu presets' min_category_count (NPT and SPIN): a category of a feature seen in fewer
+# training rows shares the column's "infrequent" level
+MIN_CATEGORY_COUNT = 5
+
 
 @dataclass(frozen=True)
 class TrainConfig(FrozenConfig):
@@ -63,6 +67,12 @@ class TrainConfig(FrozenConfig):
     # training rows), which removes skew and outliers (the RealMLP / TabM recipe). Targets are
     # always standardised, so the loss stays the paper's squared error in target units.
     feature_transform: Literal["standard", "quantile"] = "standard"
+    # NOTE[DIFF]: the papers embed every category seen in training on its own. With a value k > 1
+    # the categories of a categorical feature (never a target) seen in fewer than k training rows
+    # share one "infrequent" level, and a category first met at prediction joins it: an
+    # embedding learnt from a handful of rows is noise, and a high-cardinality column (a car
+    # model, a zip code) would otherwise be mostly such levels. 1: the papers' encoding.
+    min_category_count: int = 1
     # temperature-scale categorical targets on the validation rows after training (see
     # TableLearner._calibrate); NOTE[DIFF]: not in the papers
     calibrate: bool = False
@@ -116,6 +126,8 @@ class TrainConfig(FrozenConfig):
             )
         if self.shards is not None and self.shards < 1:
             raise ConfigError(f"shards must be >= 1 or None, got {self.shards}")
+        if self.min_category_count < 1:
+            raise ConfigError(f"min_category_count must be >= 1, got {self.min_category_count}")
         if self.patience is not None and self.patience < 1:
             raise ConfigError(f"patience must be >= 1 or None, got {self.patience}")
         self.masking()  # validates the masking probabilities
@@ -162,7 +174,11 @@ class TrainConfig(FrozenConfig):
         changes scored over three seeds each (``tabular_study.py --seeds 3``, seeds 0-2 and again
         with ``--seed-offset 3``; ``benchmarks/results/tabular_study_npt_seeds3*.md``), it was the
         one that lowered the objective beyond the seed noise in both repeats, at no fit-time
-        cost. SPIN keeps 0.15 (:meth:`spin_cpu`): it was not in that study."""
+        cost. SPIN keeps 0.15 (:meth:`spin_cpu`): it was not in that study.
+
+        The categories of a feature seen in fewer than ``MIN_CATEGORY_COUNT`` training rows share
+        one level (``min_category_count``); ``benchmarks/results/ablations/`` compares it with
+        the papers' one level per category on the suite's tables that have such categories."""
         # NOTE[DIFF]: p_feature 0.05 (the paper's default: 0.15; spec-npt 2.3)
         return cls(
             learning_rate=1e-2,
@@ -182,6 +198,7 @@ class TrainConfig(FrozenConfig):
             label_smoothing=0.1,
             p_target=0.5,
             p_feature=0.05,
+            min_category_count=MIN_CATEGORY_COUNT,
         )
 
     @classmethod
