@@ -139,12 +139,19 @@ def write_report(path: Path, records: list[dict[str, Any]], code: str) -> None:
         "",
     ]
     if current:
-        first = current[0]
+        commands = sorted({r["command"] for r in current})
+        heads = sorted(
+            {
+                f"{str(r['code'].get('git_head'))[:10]}{' (dirty)' if r['code'].get('git_dirty') else ''}"
+                for r in current
+            }
+        )
+        machines = sorted(
+            {f"{r['machine'].get('cpu')}, {r['machine'].get('cpu_count')} cores" for r in current}
+        )
         lines += [
-            f"Command: `{first['command']}`",
-            f"Machine: {first['machine'].get('cpu')}, {first['machine'].get('cpu_count')} cores; "
-            f"git {str(first['code'].get('git_head'))[:10]}"
-            f"{' (dirty)' if first['code'].get('git_dirty') else ''}.",
+            "Commands: " + "; ".join(f"`{c}`" for c in commands),
+            f"Machine: {'; '.join(machines)}; git {', '.join(heads)}.",
             "",
             "`default`: the estimator at its defaults (members hold out different validation splits; "
             "best checkpoint). `refit_run`: each member refitted on all training rows for the steps "
@@ -174,7 +181,20 @@ def write_report(path: Path, records: list[dict[str, Any]], code: str) -> None:
                 )
         lines += [""]
         for arm, n in wins.items():
-            lines.append(f"- `{arm}` better than `default` on {n} of {len(cells)} table(s).")
+            lines.append(f"- `{arm}` better than `default` on {n} of {len(cells)} (table, model) cells.")
+        for model in sorted({m for _, m in cells}):
+            for arm in ARMS[1:]:
+                ratios = [
+                    by_cell[(t, m, arm)]["score"] / by_cell[(t, m, "default")]["score"]
+                    for t, m in cells
+                    if m == model and (t, m, arm) in by_cell and (t, m, "default") in by_cell
+                ]
+                if ratios:
+                    mean = float(np.exp(np.mean(np.log(ratios))))
+                    lines.append(
+                        f"- {model} `{arm}`: geometric mean score ratio to `default` {mean:.3f} "
+                        f"over {len(ratios)} table(s)."
+                    )
     path.write_text("\n".join(lines) + "\n")
     path.with_suffix(".json").write_text(json.dumps({"code": code, "records": current}, indent=1) + "\n")
 
