@@ -178,6 +178,8 @@ def test_rare_feature_categories_share_a_level_targets_never(mixed_frame):
     plain = NPTClassifier(**FAST, train_options={"min_category_count": 1}).fit(frame, y)
     assert plain.infrequent_categories_ == {}
     assert TableImputer()._configs()[1].min_category_count == 1
+    with pytest.raises(ConfigError, match="imputes every column"):  # it could only impute "infrequent"
+        TableImputer(max_steps=2, train_options={"min_category_count": 5}).fit(frame)
     npt_count = NPTClassifier()._configs()[1].min_category_count
     assert npt_count > 1 and SPINClassifier()._configs()[1].min_category_count == npt_count
 

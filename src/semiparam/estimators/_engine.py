@@ -28,7 +28,7 @@ import pandas as pd
 import torch
 from safetensors.torch import load_file, save_file
 
-from .._config import FrozenConfig
+from .._config import ConfigError, FrozenConfig
 from .._io import ModelFileError, atomic_directory, available_device, read_json, read_tensors
 from ..data.table import DataValidationError, EncodedTable, TableEncoder, TableSchema
 from ..models.registry import get_model
@@ -115,6 +115,14 @@ class TableLearner:
                 c.name for c in schema.columns if c.kind != CATEGORICAL and c.name not in schema.targets
             ]
         features = [c.name for c in schema.columns if c.kind == CATEGORICAL and c.name not in schema.targets]
+        if not schema.targets and features and self.train_config.min_category_count > 1:
+            # without targets (the imputer) every column is one the model outputs, and it must
+            # output a category it saw, never a shared infrequent level
+            raise ConfigError(
+                f"min_category_count={self.train_config.min_category_count} would group categories of "
+                f"{features}, but a model without targets imputes every column with a category it "
+                "saw; use min_category_count=1"
+            )
         self.encoder = TableEncoder.fit(
             stats_frame,
             schema,
