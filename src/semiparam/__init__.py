@@ -5,8 +5,10 @@ from ._io import ModelFileError
 from .data.table import DataValidationError, TableEncoder, TableSchema, infer_schema
 from .estimators import (
     NPTClassifier,
+    NPTImageClassifier,
     NPTRegressor,
     SPINClassifier,
+    SPINImageClassifier,
     SPINRegressor,
     TableClassifier,
     TableImputer,
@@ -26,10 +28,12 @@ __all__ = [
     "ModelFileError",
     "NPTClassifier",
     "NPTConfig",
+    "NPTImageClassifier",
     "NPTRegressor",
     "SPIN",
     "SPINClassifier",
     "SPINConfig",
+    "SPINImageClassifier",
     "SPINRegressor",
     "TableClassifier",
     "TableEncoder",

@@ -341,6 +341,13 @@ PAPER_SETUP: dict[str, dict[str, object]] = {
     },
 }
 
+# Appendix B.8 (spec-npt 5.11): NPT's test accuracy (%) on images, one run each
+IMAGE_ACCURACY: dict[str, float] = {
+    "MNIST, linear patches (60,000 training images, batch 512, 500,000 steps, e = 16)": 98.3,
+    "CIFAR-10, linear patches (45,000 training images, 1,000,000 steps, crop + flip)": 68.2,
+    "CIFAR-10, ResNet-18 + 4 ABD blocks, from scratch (100 epochs)": 93.7,
+}
+
 
 def paper_value(metric: str, dataset: str, method: str) -> Entry:
     """The paper's ``(mean, s.e.)`` for ``metric`` in {accuracy, nll, auroc, rmse}, or None."""

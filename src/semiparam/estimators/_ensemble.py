@@ -204,7 +204,25 @@ class EnsembleLearner:
         first = self.members[0]
         enc, enc_u = first.encode_for_fit(frame, schema, unlabeled)
         assert first.encoder is not None
-        self.encoder = first.encoder
+        return self.fit_encoded(
+            first.encoder, enc, enc_u, checkpoint_dir=checkpoint_dir, resume=resume, started=start
+        )
+
+    def fit_encoded(
+        self,
+        encoder: TableEncoder,
+        enc: EncodedTable,
+        enc_u: EncodedTable | None = None,
+        *,
+        checkpoint_dir: str | Path | None = None,
+        resume: bool = False,
+        started: float | None = None,
+    ) -> EnsembleLearner:
+        """Fit every member on rows already encoded by ``encoder`` (the image estimators encode
+        their pixels themselves). ``started``: the ``time.perf_counter()`` the fit's clock starts
+        at (default: now)."""
+        start = time.perf_counter() if started is None else started
+        self.encoder = encoder
         member_dirs = [
             None if checkpoint_dir is None else Path(checkpoint_dir) / f"member_{k}"
             for k in range(len(self.members))

@@ -75,8 +75,10 @@ class _Explainer:
         self.contexts: list[tuple[EncodedTable, np.ndarray] | None]
         if context is not None:
             X_ctx, y_ctx = context
-            table = estimator._context_table(X_ctx, y_ctx)
-            enc = self.encoder.transform(table)
+            if hasattr(estimator, "_encode_labelled"):  # an estimator that encodes its own rows (images)
+                enc = estimator._encode_labelled(X_ctx, y_ctx)
+            else:
+                enc = self.encoder.transform(estimator._context_table(X_ctx, y_ctx))
             self.contexts = [(enc, np.arange(len(enc.values)))] * len(self.members)
             self.n_context = len(enc.values)
         else:
@@ -92,6 +94,8 @@ class _Explainer:
 
     # -- inputs ---------------------------------------------------------------------------------
     def queries(self, X: Any) -> EncodedTable:
+        if hasattr(self.estimator, "_encode_queries"):  # an estimator that encodes its own rows (images)
+            return self.estimator._encode_queries(X)
         if isinstance(X, pd.DataFrame):  # a table may hold the target columns too
             X = X.drop(columns=[c for c in X.columns if str(c) in self.targets])
         frame = self.estimator._as_frame(X, reset=False)

@@ -25,15 +25,17 @@ from torch import Tensor, nn
 
 from .._config import ConfigError
 from ..nn.attention import MAB, run_block
-from ..nn.columns import ColumnEmbedding, ColumnHeads, ColumnLayout, ColumnOutputs
+from ..nn.columns import ColumnLayout, ColumnOutputs
 from .attention_settings import AttentionSettings
+from .input_settings import InputSettings
 
 
 @dataclass(frozen=True)
-class NPTConfig(AttentionSettings):
+class NPTConfig(AttentionSettings, InputSettings):
     """Architecture of an NPT. Presets: :meth:`cpu` (default), :meth:`paper_small`, :meth:`paper_base`.
     The attention backends (``row_attention`` for ABD, ``column_attention`` for ABA) and
-    activation checkpointing are set through the fields of :class:`AttentionSettings`."""
+    activation checkpointing are set through the fields of :class:`AttentionSettings`; images
+    through those of :class:`InputSettings`."""
 
     d_embedding: int = 16  # e, per-attribute width; ABD width is n_columns * e
     n_blocks: int = 4  # ABD and ABA blocks counted together (paper's "layers"), even
@@ -71,6 +73,7 @@ class NPTConfig(AttentionSettings):
             if not 0.0 <= p < 1.0:
                 raise ConfigError(f"{name} must be in [0, 1), got {p}")
         self.validate_attention(self.attention_dropout)
+        self.validate_inputs(self.gaussian_head)
 
     @classmethod
     def cpu(cls) -> NPTConfig:
@@ -166,11 +169,12 @@ class NPT(nn.Module):
 
     def __init__(self, config: NPTConfig, layout: ColumnLayout) -> None:
         super().__init__()
-        config = config.for_columns(layout.n_columns)
+        d = config.n_tokens(layout)  # attribute tokens of a row (columns, or patches + label)
+        config = config.for_columns(d)
         self.config = config
         self.layout = layout
-        d, e = layout.n_columns, config.d_embedding
-        self.embedding = ColumnEmbedding(
+        e = config.d_embedding
+        self.embedding = config.input_embedding(
             layout,
             e,
             dropout=config.dropout,
@@ -185,7 +189,9 @@ class NPT(nn.Module):
             else:
                 blocks.append(AttentionBetweenAttributes(config))
         self.blocks = nn.ModuleList(blocks)
-        self.heads = ColumnHeads(layout, e, gaussian=config.gaussian_head, dropout=config.dropout)
+        self.heads = config.output_heads(
+            layout, e, dropout=config.dropout, gaussian_head=config.gaussian_head
+        )
 
     def _embed(self, values: Tensor, hidden: Tensor) -> Tensor:
         h = self.embedding(values, hidden)  # (n, d, e)

@@ -37,13 +37,14 @@ from torch import Tensor, nn
 
 from .._config import ConfigError
 from ..nn.attention import MAB, run_block
-from ..nn.columns import ColumnEmbedding, ColumnHeads, ColumnLayout, ColumnOutputs
+from ..nn.columns import ColumnLayout, ColumnOutputs
 from ..nn.streaming import StreamingCrossAttention
 from .attention_settings import AttentionSettings
+from .input_settings import InputSettings
 
 
 @dataclass(frozen=True)
-class SPINConfig(AttentionSettings):
+class SPINConfig(AttentionSettings, InputSettings):
     """Architecture of a SPIN. Presets (:meth:`preset`): ``cpu`` (default), ``small`` / ``base``
     (the paper's UCI settings for small / large tables), ``spin16`` / ``spin64`` (genomics).
     ``row_attention`` is the backend of XABD (inducing points over the rows); ``column_attention``
@@ -90,6 +91,7 @@ class SPINConfig(AttentionSettings):
         if self.encode_chunk_rows < 1:
             raise ConfigError(f"encode_chunk_rows must be >= 1, got {self.encode_chunk_rows}")
         self.validate_attention(self.attention_dropout)
+        self.validate_inputs(self.gaussian_head)
 
     @classmethod
     def cpu(cls) -> SPINConfig:
@@ -195,10 +197,10 @@ class SPIN(nn.Module):
         super().__init__()
         self.config = config
         self.layout = layout
-        d, e = layout.n_columns, config.d_embedding
+        d, e = config.n_tokens(layout), config.d_embedding  # tokens: columns, or patches + label
         # as the reference code: with f >= d it skips the projection and starts from D.
         self.n_latents = min(config.n_latent_attributes, d)
-        self.embedding = ColumnEmbedding(
+        self.embedding = config.input_embedding(
             layout,
             e,
             dropout=config.dropout,
@@ -229,7 +231,9 @@ class SPIN(nn.Module):
             kv_width=self.n_latents * e,
             **config.attention_kwargs("column"),
         )
-        self.heads = ColumnHeads(layout, e, gaussian=config.gaussian_head, dropout=config.dropout)
+        self.heads = config.output_heads(
+            layout, e, dropout=config.dropout, gaussian_head=config.gaussian_head
+        )
 
     # -- pieces ---------------------------------------------------------------------------------
     def _embed(self, values: Tensor, hidden: Tensor) -> Tensor:
