@@ -332,7 +332,7 @@ def test_expected_calibration_error():
 def test_code_hash_follows_the_table_models_imports(tmp_path: Path) -> None:
     import shutil
 
-    from semiparam.bench.measure import _package_root, code_hash, import_closure
+    from semiparam.bench.measure import PRESENTATION_ONLY, _package_root, code_hash, import_closure
 
     root = tmp_path / "semiparam"
     shutil.copytree(_package_root(), root, ignore=shutil.ignore_patterns("__pycache__"))
@@ -353,6 +353,11 @@ def test_code_hash_follows_the_table_models_imports(tmp_path: Path) -> None:
 
     edit("genomics/metrics.py", "\n\nGENOMICS_ONLY = 1\n")
     assert code_hash(root) == table and code_hash(root, modules=None) != whole
+    # the image classifiers are imported by semiparam but run by no table fit
+    assert {"estimators/image.py", "data/images.py", "nn/patches.py"} <= closure
+    edit("estimators/image.py", "\n\nIMAGES_ONLY = 1\n")
+    assert code_hash(root) == table
+    assert code_hash(root, exclude=PRESENTATION_ONLY) != code_hash(_package_root(), exclude=PRESENTATION_ONLY)
     edit("models/npt.py", '\n\ndef _documented():\n    """Only a docstring."""\n')
     documented = code_hash(root)
     assert documented != table  # a new function is code
