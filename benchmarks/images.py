@@ -342,6 +342,16 @@ def write_report(out: Path, records: list[dict[str, Any]], code: str) -> None:
                 f"| {name} | {r['accuracy']:.4f} | {r['log_loss']:.4f} | {r['seconds']:.0f} | "
                 f"{r['peak_rss_gib']:.2f} | {how} |"
             )
+        for name in IMAGE_MODELS:
+            ex = fits.get(name, {}).get("explained")
+            if ex:
+                lines.append(
+                    f"- `explain_rows` ({name}): `images_explain_{name}.png` shows {ex['queries']} test "
+                    f"images with the {ex['top_k']} training images each prediction attended to most "
+                    "and their attention (a weight of 1 / context images would be uniform attention); "
+                    f"{ex['same_label_share']:.0%} of those carry the test image's own label "
+                    f"({ex['seconds']:.1f} s)."
+                )
         lines += [
             "",
             "The paper's image results (NPT paper, appendix B.8; spec-npt 5.11), for reference:",
