@@ -50,7 +50,7 @@ THREADS = 2
 
 
 def split(n_train: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    from semiparam.data.images import load_mnist
+    from semiparam.datasets import load_mnist
 
     X, y = load_mnist()
     order = np.random.default_rng(seed).permutation(len(X))
@@ -218,9 +218,8 @@ def memory_step(model: str, batch: int, checkpoint: bool, args: argparse.Namespa
     import torch
 
     from semiparam import NPTImageClassifier, SPINImageClassifier
+    from semiparam.bench import Batch, Trainer, get_model
     from semiparam.bench.measure import measure
-    from semiparam.models.registry import get_model
-    from semiparam.training.trainer import Batch, Trainer
 
     X, y, _, _ = split(args.train, args.seed)
     reps = int(np.ceil(batch / len(X)))
