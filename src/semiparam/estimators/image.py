@@ -104,6 +104,8 @@ class _ImageClassifier(ClassifierMixin, ExplainMixin, TableEstimatorMixin):
         validation_fraction: float | None = None,
         patience: int | None = None,
         time_budget: float | None = None,
+        # one model, as the papers (the table estimators' cpu presets train three; an image fit is
+        # already minutes long)
         n_estimators: int = 1,
         model_options: dict[str, Any] | None = None,
         train_options: dict[str, Any] | None = None,
@@ -193,7 +195,9 @@ class _ImageClassifier(ClassifierMixin, ExplainMixin, TableEstimatorMixin):
             1, c, 1, 1
         ).astype(np.float32)
         _, hp, wp = self.padded_shape_
-        if (hp, wp) != (h, w):  # pad bottom and right with the channel mean (0 once standardised)
+        # NOTE[DIFF]: the paper's images divide by its patch size; others are padded here, bottom and
+        # right, with the channel mean (0 once standardised), rather than refused or resized
+        if (hp, wp) != (h, w):
             z = np.pad(z, ((0, 0), (0, 0), (0, hp - h), (0, wp - w)))
         pixels = z.reshape(n, -1)
         missing = np.zeros((n, pixels.shape[1] + 1), dtype=bool)
@@ -301,8 +305,8 @@ class NPTImageClassifier(_ImageClassifier):
         "attention between the patches of an image and between images.\n" + _PARAMS_DOC
     )
     _model_name = "npt"
-    # NOTE[DIFF] none: e = 16 per patch as the paper's MNIST run (a row token of 50 x 16 = 800
-    # channels); the table preset's cap on the row width (256) would shrink e to 4
+    # e = 16 per patch as the paper's MNIST run (a row token of 50 x 16 = 800 channels); the table
+    # preset's cap on the row width (256) would shrink e to 4
     _image_model_defaults = {"max_row_width": None}
 
 

@@ -126,6 +126,9 @@ class PatchEmbedding(nn.Module):
             # [pixels, mask bits] of a patch -> e; nn.Linear's default initialisation
             self.project = nn.Linear(2 * c * p * p, e)
         elif encoder == "cnn":
+            # NOTE[DIFF]: the paper's CNN encoder (CIFAR-10) is a ResNet-18 whose 128-d output feeds
+            # ABD only, without label input (spec-npt 9.25); this stem keeps one token per patch so
+            # ABA, the mask channel and the pixel loss stay those of the linear patching
             width = max(16, e)
             self.project = nn.Sequential(
                 nn.Conv2d(2 * c, width, 3, padding=1),
