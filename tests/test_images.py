@@ -274,3 +274,20 @@ def test_torchvision_dataset_adapter(tmp_path):
     assert images.shape == (6, 1, 28, 28)
     np.testing.assert_allclose(images[:, 0] * 255, X, atol=1e-4)
     assert labels.tolist() == list(range(6))
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"row_attention": "performer"},
+        {"row_attention": "chunked", "attention_chunk": 16},
+        {"checkpoint_blocks": True},
+    ],
+)
+def test_attention_backends_and_checkpointing_serve_images(options):
+    X, y = bars(60, seed=4)
+    clf = NPTImageClassifier(
+        patch_size=4, max_steps=3, model_options={**TINY, **options}, train_options=FAST, verbose=False
+    ).fit(X, y)
+    proba = clf.predict_proba(X[:4])
+    assert proba.shape == (4, 2) and np.isfinite(proba).all()
