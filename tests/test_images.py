@@ -291,3 +291,17 @@ def test_attention_backends_and_checkpointing_serve_images(options):
     ).fit(X, y)
     proba = clf.predict_proba(X[:4])
     assert proba.shape == (4, 2) and np.isfinite(proba).all()
+
+
+def test_checkpoint_and_resume(tmp_path):
+    X, y = bars(60, seed=5)
+    options = dict(patch_size=4, max_steps=6, model_options=TINY, random_state=0, verbose=False)
+    train = {**FAST, "checkpoint_every_steps": 2}
+    whole = NPTImageClassifier(**options, train_options=train).fit(X, y, checkpoint_dir=tmp_path / "a")
+    assert (tmp_path / "a").is_dir()
+    with pytest.raises(FileExistsError):
+        NPTImageClassifier(**options, train_options=train).fit(X, y, checkpoint_dir=tmp_path / "a")
+    resumed = NPTImageClassifier(**options, train_options=train).fit(
+        X, y, checkpoint_dir=tmp_path / "a", resume=True
+    )
+    np.testing.assert_allclose(resumed.predict_proba(X[:5]), whole.predict_proba(X[:5]), atol=1e-12)
