@@ -3,8 +3,6 @@ expected. The column kinds and file formats are described in :mod:`semiparam.dat
 
 from __future__ import annotations
 
-import gzip
-import struct
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +20,7 @@ from .dataset_files import (
     read_table,
     resolve_files,
 )
+from .images import read_idx
 
 # -- loaders --------------------------------------------------------------------------------------
 
@@ -410,22 +409,14 @@ def load_higgs_lightgbm(path: Path | None, info: DatasetInfo) -> Dataset:
 
 
 def _read_idx(file: Path, expected_dims: int) -> np.ndarray:
-    opener = gzip.open if file.suffix == ".gz" else open
-    with opener(file, "rb") as fh:
-        data = fh.read()
-    if len(data) < 4:
-        raise DatasetError(f"mnist: {file} is empty or truncated")
-    zero, dtype_code, n_dims = struct.unpack(">HBB", data[:4])
-    if zero != 0 or dtype_code != 0x08 or n_dims != expected_dims:
+    """An IDX file of unsigned bytes with ``expected_dims`` dimensions (MNIST's images or labels)."""
+    data = read_idx(file)
+    if data.dtype != np.uint8 or data.ndim != expected_dims:
         raise DatasetError(
             f"mnist: {file} is not an IDX file of unsigned bytes with {expected_dims} dimension(s) "
-            f"(header type 0x{dtype_code:02x}, {n_dims} dims)"
+            f"({data.dtype}, {data.ndim} dims)"
         )
-    shape = struct.unpack(">" + "I" * n_dims, data[4 : 4 + 4 * n_dims])
-    body = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * n_dims)
-    if body.size != int(np.prod(shape)):
-        raise DatasetError(f"mnist: {file} declares shape {shape} but holds {body.size} values")
-    return body.reshape(shape)
+    return data
 
 
 def load_mnist_test(path: Path | None, info: DatasetInfo) -> Dataset:
