@@ -6,6 +6,8 @@ scikit-learn MLP and a small CNN trained for the same time, and the paper's numb
     .venv/bin/python benchmarks/images.py --models npt,mlp,cnn
     .venv/bin/python benchmarks/images.py --memory             # images per training step
     .venv/bin/python benchmarks/images.py --report-only
+    .venv/bin/python benchmarks/images.py --rekey-verified COMMIT   # after a change that leaves
+                                                                     # the image models as they were
 
 Data: the MNIST **test** set shipped in ``$SEMIPARAM_DATA_DIR/mnist`` (10,000 images; the 60,000
 training images are not in the project's copy). A seeded random split (``--seed``, default 0)
@@ -28,6 +30,13 @@ gives the largest batch under ``--cap-gib``.
 
 Every run appends one line to ``<out>/images.jsonl`` (the run resumes: models done with the
 current code are skipped); ``images.md`` is generated from it.
+
+``--rekey-verified COMMIT``: the records are keyed on the code hash, so any change to the table
+models' code makes them stale. For a change meant to leave the image models as they compute (a
+new option, off by default), this carries COMMIT's records over after a check: a short seeded
+fit (400 images, 20 steps) of each image model, run once by COMMIT's code and once by the
+current code, each in a fresh process on this machine, must give the same test probabilities
+(to 1e-12, float64 prediction); otherwise nothing moves and the models must be rerun.
 """
 
 from __future__ import annotations
@@ -251,6 +260,53 @@ def memory_step(model: str, batch: int, checkpoint: bool, args: argparse.Namespa
     }
 
 
+def probe(model: str) -> list[list[float]]:
+    """Test probabilities of a short seeded fit: what ``--rekey-verified`` compares across codes."""
+    from semiparam import NPTImageClassifier, SPINImageClassifier
+
+    X, y, X_test, _ = split(400, 0)
+    cls = NPTImageClassifier if model == "npt" else SPINImageClassifier
+    clf = cls(max_steps=20, random_state=0, verbose=False).fit(X, y)
+    return clf.predict_proba(X_test[:200]).tolist()
+
+
+def rekey_verified(out: Path, commit: str, code: str) -> None:
+    """Move the records made by ``commit``'s code to ``code`` after the :func:`probe` check."""
+    import os
+
+    from tabular_defaults import commit_tree
+
+    from semiparam.bench.measure import PRESENTATION_ONLY, code_hash
+
+    jsonl = out / "images.jsonl"
+    records = [json.loads(s) for s in jsonl.read_text().splitlines() if s.strip()]
+    with commit_tree(commit) as (commit, old_root):
+        old = code_hash(old_root, exclude=PRESENTATION_ONLY)
+        moving = [r for r in records if r.get("code", {}).get("semiparam") == old]
+        if not moving:
+            raise SystemExit(f"no record in {jsonl} was made by the code of {commit} ({old})")
+        env = {**os.environ, "PYTHONPATH": str(old_root.parent)}
+        checks = {}
+        for model in IMAGE_MODELS:
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "probe", "--model", model]
+            before = _spawn(["probe", "--model", model], 1800.0, env=env)
+            now = _spawn(["probe", "--model", model], 1800.0)
+            if "error" in before or "error" in now:
+                raise SystemExit(f"probe of {model} failed: {before.get('error') or now.get('error')}")
+            diff = float(np.abs(np.asarray(before["proba"]) - np.asarray(now["proba"])).max())
+            print(f"{model}: largest difference {diff:.3g} ({' '.join(cmd[1:])})", flush=True)
+            if diff > 1e-12:
+                raise SystemExit(
+                    f"the image {model} computes differently than at {commit}: rerun, do not rekey"
+                )
+            checks[model] = diff
+    for r in moving:
+        r["code"]["semiparam"] = code
+        r["rekeyed_from"] = {"commit": commit, "code": old, "probe_max_difference": checks}
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in records))
+    print(f"moved {len(moving)} records of {commit[:10]} to {code}")
+
+
 def worker(argv: list[str]) -> None:
     import torch
 
@@ -265,7 +321,9 @@ def worker(argv: list[str]) -> None:
     parser.add_argument("--seed", type=int)
     parser.add_argument("--out")
     args = parser.parse_args(argv)
-    if args.kind == "fit":
+    if args.kind == "probe":
+        out = {"proba": probe(args.model)}
+    elif args.kind == "fit":
         if args.model in IMAGE_MODELS:
             out = fit_image_model(args.model, args)
         elif args.model == "mlp":
@@ -277,10 +335,10 @@ def worker(argv: list[str]) -> None:
     print("RESULT " + json.dumps(out))
 
 
-def _spawn(args: list[str], timeout: float) -> dict[str, Any]:
+def _spawn(args: list[str], timeout: float, env: dict[str, str] | None = None) -> dict[str, Any]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", *args]
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return {"error": f"over the {timeout:.0f} s limit"}
     for line in done.stdout.splitlines():
@@ -427,6 +485,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cap-gib", type=float, default=16.0)
     parser.add_argument("--out", default=str(OUT))
     parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--rekey-verified", metavar="COMMIT", help="carry COMMIT's records over (see above)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import devsuite
@@ -435,6 +494,9 @@ def main(argv: list[str] | None = None) -> None:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.rekey_verified:
+        rekey_verified(out, args.rekey_verified, _code())
+        args.report_only = True  # then only rewrite the report
     jsonl = out / "images.jsonl"
     records = [json.loads(s) for s in (jsonl.read_text().splitlines() if jsonl.exists() else []) if s.strip()]
     code = _code()

@@ -195,6 +195,39 @@ def test_predictor_attention_maps():
     torch.testing.assert_close(weights.sum(-1), torch.ones(12))
 
 
+def test_predictor_aba_reads_the_query_row_through_attention_between_its_cells():
+    """predictor_aba adds attention between each query row's cells before the predictor: off, the
+    model is the paper's (no extra parameters); on, queries stay independent of each other, the
+    encoding path still equals the masked full pass, and a query's prediction depends on how its
+    own cells combine (the attention) rather than only on each cell through the flattened row."""
+    plain, deep = _model(), _model(predictor_aba=2)
+    assert not any(name.startswith("query_aba") for name in plain.state_dict())
+    assert sum(name.startswith("query_aba") for name in deep.state_dict()) > 0
+    assert set(plain.state_dict()) < set(deep.state_dict())
+    values, hidden = _table(50)
+    is_query = torch.arange(50) >= 35
+    full = deep(values, hidden, is_query=is_query)
+    state = deep.encode_context(values[~is_query], hidden[~is_query], chunk_rows=6)
+    _close(full.rows(is_query), deep.forward_queries(values[is_query], hidden[is_query], state))
+    together = deep.forward_queries(values[35:], hidden[35:], state)
+    _close(together.rows(slice(0, 1)), deep.forward_queries(values[35:36], hidden[35:36], state))
+    weights = deep.attention_to_inducing_points(values[35:], hidden[35:], state)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(15))
+    maps = deep.attention_maps(values[35:], hidden[35:], state)
+    torch.testing.assert_close(maps["inducing_points"].mean(1), weights)
+    # the attention mixes the cells: changing cell 0 moves the reconstruction of cell 2 through
+    # the attention blocks even with the predictor's own cross-attention bypassed
+    row = values[35:36].clone()
+    tokens = deep._query_tokens(deep._embed(row, hidden[35:36]))
+    row[0, 0] += 2.0
+    moved = deep._query_tokens(deep._embed(row, hidden[35:36]))
+    e = deep.config.d_embedding
+    assert (moved[..., 2 * e : 3 * e] - tokens[..., 2 * e : 3 * e]).abs().max() > 1e-4
+    unchanged = plain._query_tokens(plain._embed(row, hidden[35:36]))
+    reference = plain._query_tokens(plain._embed(values[35:36], hidden[35:36]))
+    torch.testing.assert_close(unchanged[..., 2 * e : 3 * e], reference[..., 2 * e : 3 * e])
+
+
 def test_spin16_parameter_count_matches_paper():
     """Genomics SPIN-16 (50 tokens of 32 classes, e=16, h=f=10, depth 4): 8.1M parameters (T3)."""
     layout = ColumnLayout(("categorical",) * 50, (32,) * 50)
@@ -229,6 +262,7 @@ def test_npt_training_presets_unchanged():
         {"dropout": 1.0},
         {"inference_latents": "cached"},
         {"encode_chunk_rows": 0},
+        {"predictor_aba": -1},
         {"n_layers": "two"},
         {"n_inducing": 3},  # unknown key
     ],

@@ -38,6 +38,7 @@ class TableModelSpec:
     p_target: float | None = None
     p_feature: float | None = None
     learning_rate: float | None = None
+    n_estimators: int | None = None  # ensemble members (None: the preset's)
     transductive: bool = True
     train_options: dict[str, Any] = field(default_factory=dict)
     model_options: dict[str, Any] = field(default_factory=dict)
@@ -86,6 +87,7 @@ def run_table_model(name: str, spec: TableModelSpec, data: FoldData, *, seed: in
         "p_target": spec.p_target,
         "p_feature": spec.p_feature,
         "learning_rate": spec.learning_rate,
+        "n_estimators": spec.n_estimators,
         "validation_fraction": val_fraction,
         "train_options": dict(spec.train_options) or None,
         "model_options": dict(spec.model_options) or None,

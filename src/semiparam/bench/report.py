@@ -41,6 +41,16 @@ def paper_method(model: str) -> str | None:
     return "NPT" if model == "npt" else None
 
 
+def paper_entry(metric: str, dataset_paper_name: str | None, model: str) -> paper.Entry:
+    """The published value for ``model`` on a dataset: the NPT paper's tables for NPT and the
+    baselines, the SPIN paper's large-table results for SPIN (not used in the rank tables, which
+    compare the methods of one paper)."""
+    method = paper_method(model) or ("SPIN" if model == "spin" else None)
+    if dataset_paper_name is None or method is None:
+        return None
+    return paper.paper_value(metric, dataset_paper_name, method)
+
+
 def _fmt(value: float | None, metric: str, se: float | None = None) -> str:
     if value is None or (isinstance(value, float) and np.isnan(value)):
         return "–"
@@ -53,10 +63,7 @@ def _fmt(value: float | None, metric: str, se: float | None = None) -> str:
 
 
 def _fmt_paper(metric: str, dataset_paper_name: str | None, model: str) -> str:
-    method = paper_method(model)
-    if dataset_paper_name is None or method is None:
-        return "–"
-    entry = paper.paper_value(metric, dataset_paper_name, method)
+    entry = paper_entry(metric, dataset_paper_name, model)
     if entry is None:
         return "–"
     mean, se = entry
@@ -304,7 +311,7 @@ def findings_section(results: dict[str, Any]) -> list[str]:
                 text += f" (difference {diff * scale:+.3g}" + (
                     f", {abs(diff) / se:.1f} s.e.)" if se > 0 else ")"
                 )
-            entry = paper.paper_value(metric, meta.get("paper_name") or "", paper_method(model) or "")
+            entry = paper_entry(metric, meta.get("paper_name"), model)
             if entry:
                 text += f"; paper {_fmt_paper(metric, meta.get('paper_name'), model)}"
             fits = [  # every trained network: each member of an ensemble counts as one
@@ -390,7 +397,7 @@ def plots(results: dict[str, Any], out_dir: str | Path, stem: str) -> list[Path]
         for i, m in enumerate(shown):  # points, not bars: metric axes do not start at zero
             color = "tab:blue" if m in BASELINES else "tab:red"
             ax.errorbar(i, means[i], yerr=ses[i], fmt="o", color=color, capsize=3, markersize=5)
-            entry = paper.paper_value(metric, meta.get("paper_name") or "", paper_method(m) or "")
+            entry = paper_entry(metric, meta.get("paper_name"), m)
             if entry:
                 ax.plot(i, entry[0], marker="_", color="black", markersize=16, mew=2)
         ax.set_xticks(x, [model_title(m) for m in shown], rotation=60, ha="right", fontsize=7)

@@ -75,6 +75,13 @@ class SPINConfig(AttentionSettings, InputSettings):
     # learned initial H_D, which is what the reference code does by default (spec 2.3 (a)).
     inference_latents: Literal["encoded", "learned"] = "encoded"
     encode_chunk_rows: int = 4096  # rows per chunk when encoding a dataset (exact at any size)
+    # NOTE[DIFF]: blocks of self-attention between the attributes of each query row (NPT's ABA:
+    # its d cell tokens attend to each other) before the predictor's cross-attention to the
+    # inducing points. The paper's predictor reads the raw embedded row ("the predictor can use any
+    # parametric model", section 3.2.1; 0 = the paper's). A task whose label is an interaction of
+    # a row's own cells (Poker Hand: equal ranks, equal suits) is then learnt by attention rather
+    # than by the predictor's one feed-forward layer; cost O(b * d^2 * e), independent of n.
+    predictor_aba: int = 0
 
     def validate(self) -> None:
         for name in ("d_embedding", "n_inducing_points", "n_latent_attributes", "n_layers", "n_heads"):
@@ -90,6 +97,8 @@ class SPINConfig(AttentionSettings, InputSettings):
                 raise ConfigError(f"{name} must be in [0, 1), got {p}")
         if self.encode_chunk_rows < 1:
             raise ConfigError(f"encode_chunk_rows must be >= 1, got {self.encode_chunk_rows}")
+        if self.predictor_aba < 0:
+            raise ConfigError(f"predictor_aba must be >= 0, got {self.predictor_aba}")
         self.validate_attention(self.attention_dropout)
         self.validate_inputs(self.gaussian_head)
 
@@ -219,6 +228,19 @@ class SPIN(nn.Module):
             SPINLayer(config, self.n_latents, with_abla=config.use_abla and i < config.n_layers - 1)
             for i in range(config.n_layers)
         )
+        # Optional attention between the attributes of each query row before the predictor.
+        self.query_aba = nn.ModuleList(
+            MAB(
+                e,
+                config.n_heads,
+                dropout=config.dropout,
+                attention_dropout=config.attention_dropout,
+                scale=config.attention_scale,
+                normalize_kv=config.normalize_kv,
+                **config.attention_kwargs("column"),
+            )
+            for _ in range(config.predictor_aba)
+        )
         # Predictor: query rows (width d*e) cross-attend to the inducing points (width f*e).
         self.predictor = MAB(
             d * e,
@@ -272,11 +294,19 @@ class SPIN(nn.Module):
             h_a = run_block(layer.rows_after_xabd, h_a, checkpointed=ckpt, generator=gen)
         return h_d
 
+    def _query_tokens(self, d_emb: Tensor) -> Tensor:
+        """The predictor's queries from embedded rows ``(b, d, e)``: ``(1, b, d*e)``, each row one
+        token, after the optional attention between its attributes (``predictor_aba``)."""
+        ckpt = self.config.checkpoint_blocks and self.training
+        for block in self.query_aba:  # batch = rows, sequence = the row's d cells
+            d_emb = run_block(block, d_emb, checkpointed=ckpt, generator=self.dropout_generator)
+        b, d, e = d_emb.shape
+        return d_emb.reshape(1, b, d * e)
+
     def _predict(self, d_emb: Tensor, h_d: Tensor) -> ColumnOutputs:
         """Query rows ``(b, d, e)`` cross-attend to ``H_D (1, h, f*e)``; then per-column heads."""
         b, d, e = d_emb.shape
-        queries = d_emb.reshape(1, b, d * e)  # (1, b, d*e): each query row is one token
-        out = self.predictor(queries, h_d).reshape(b, d, e)
+        out = self.predictor(self._query_tokens(d_emb), h_d).reshape(b, d, e)
         return self.heads(out)
 
     # -- the table-model interface --------------------------------------------------------------
@@ -350,9 +380,8 @@ class SPIN(nn.Module):
     def attention_to_inducing_points(self, values: Tensor, hidden: Tensor, state: Tensor) -> Tensor:
         """Predictor attention of each query row over the h inducing points, averaged over heads:
         ``(b, h)``, rows summing to 1 (the paper's appendix A.8 maps)."""
-        b, d = values.shape
         d_emb = self._embed(values, hidden)
-        q = self.predictor.query_heads(d_emb.reshape(1, b, -1))  # (1, heads, b, w / heads)
+        q = self.predictor.query_heads(self._query_tokens(d_emb))  # (1, heads, b, w / heads)
         state = state.to(self.inducing_points.device, self.inducing_points.dtype)
         k, _ = self.predictor.context_kv(state)  # (1, heads, h, w / heads)
         scores = torch.matmul(q, k.transpose(-1, -2)) * self.predictor.attention.scale
@@ -373,10 +402,9 @@ class SPIN(nn.Module):
         ``"composed"`` ``(b, n_ctx)``: query -> inducing points -> rows, the predictor's weights
         (mean over heads) times the XABD weights (mean over heads and layers), rows summing to 1.
         The context is encoded in one pass here (memory O(n_ctx * d * e))."""
-        b = values.shape[0]
         state = state.to(self.inducing_points.device, self.inducing_points.dtype)
         d_emb = self._embed(values, hidden)
-        predictor = self.predictor.weights(d_emb.reshape(1, b, -1), state)[0].transpose(0, 1)
+        predictor = self.predictor.weights(self._query_tokens(d_emb), state)[0].transpose(0, 1)
         out: dict[str, Any] = {"inducing_points": predictor}
         if context is None:
             return out
