@@ -285,7 +285,10 @@ def rekey_verified(out: Path, commit: str, code: str) -> None:
         moving = [r for r in records if r.get("code", {}).get("semiparam") == old]
         if not moving:
             raise SystemExit(f"no record in {jsonl} was made by the code of {commit} ({old})")
-        env = {**os.environ, "PYTHONPATH": str(old_root.parent)}
+        from semiparam.datasets import data_dir
+
+        # the old tree lives in a temporary folder: point it at this checkout's data
+        env = {**os.environ, "PYTHONPATH": str(old_root.parent), "SEMIPARAM_DATA_DIR": str(data_dir())}
         checks = {}
         for model in IMAGE_MODELS:
             cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "probe", "--model", model]

@@ -221,7 +221,14 @@ def tiny_plan() -> SuitePlan:
                 folds=2,
                 n_configs=1,
                 max_estimators=50,
-                table={"npt": {"max_steps": 4, "model_options": TINY, "train_options": {"eval_every": 2}}},
+                table={
+                    "npt": {
+                        "max_steps": 4,
+                        "n_estimators": 2,
+                        "model_options": TINY,
+                        "train_options": {"eval_every": 2},
+                    }
+                },
             ),
         ),
         models=("npt", "knn"),
@@ -269,7 +276,8 @@ def test_run_suite_writes_resumes_and_reports(tiny_plan: SuitePlan, tmp_path: Pa
     for row in npt_rows:
         steps = [int(x) for x in row[3].split(", ")]
         best = [int(x) for x in row[4].split(", ")]
-        assert len(steps) == len(best) >= 1 and all(0 <= b < s <= 4 for b, s in zip(best, steps, strict=True))
+        # n_estimators of the plan reaches the estimator: two members per fold
+        assert len(steps) == len(best) == 2 and all(0 <= b < s <= 4 for b, s in zip(best, steps, strict=True))
     assert "k-NN" not in stopped
 
 
@@ -287,6 +295,25 @@ def test_run_suite_can_compute_one_model_at_a_time(tiny_plan: SuitePlan, tmp_pat
     assert a.read_text() == b.read_text()
     with pytest.raises(ValueError, match="not in plan"):
         run_suite(tiny_plan, tmp_path, only_models=["xgb"], log=lambda s: None)
+
+
+def test_large_tables_plan_and_the_spin_papers_numbers() -> None:
+    from semiparam.bench.report import paper_entry, paper_method
+    from semiparam.bench.suites import LARGE_TRAIN_ROWS, get_plan
+
+    plan = get_plan("uci_large")
+    assert [d.name for d in plan.datasets] == ["adult", "kick", "covertype", "higgs", "protein"]
+    assert all(d.folds == 1 and d.max_train == LARGE_TRAIN_ROWS for d in plan.datasets)
+    assert plan.table_defaults.n_estimators == 1 and not plan.table_defaults.transductive
+    assert {"npt", "spin", "catboost", "hist_gradient_boosting"} <= set(plan.models)
+    # SPIN's published numbers sit beside SPIN, the NPT paper's beside NPT and the baselines
+    assert paper_entry("accuracy", "Kick", "spin") == (90.06, None)
+    assert paper_entry("rmse", "Protein", "spin") == (3.31, None)
+    assert paper_entry("accuracy", "Kick", "npt") == paper.ACCURACY["Kick"]["NPT"]
+    assert paper_entry("auroc", "Kick", "spin") is None  # the SPIN paper reports accuracy only
+    assert paper_entry("accuracy", None, "spin") is None
+    # the rank tables compare the methods of the NPT paper only
+    assert paper_method("spin") is None and paper_method("npt") == "NPT"
 
 
 def test_bench_command_lists_plans(capsys: pytest.CaptureFixture[str]) -> None:
