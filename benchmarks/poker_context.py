@@ -443,19 +443,19 @@ def write_report(out: Path, records: list[dict[str, Any]], code: str) -> None:
             "named in each row (a step over 20,000 rows costs seconds on the 2-core CPU); the same "
             "test hands as above.",
             "",
-            "| model | c | device | parameters | accuracy | log loss | pair or better | fit s | steps (best) "
+            "| model | c | device | parameters | learning rate | accuracy | log loss | pair or better | fit s | steps (best) "
             "| stop | device peak GiB |",
-            "|---|---|---|---|---|---|---|---|---|---|---|",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in paper:
             if r["status"] != "ok":
-                lines.append(f"| {NAMES[r['model']]} | {r['context']:,} | | | {r['status']} | | | | | | |")
+                lines.append(f"| {NAMES[r['model']]} | {r['context']:,} | | | | {r['status']} | | | | | | |")
                 continue
             late = r["best_step"] is not None and r["best_step"] >= 0.9 * r["steps"]
             peak = r.get("accelerator_peak_gib")
             lines.append(
                 f"| {NAMES[r['model']]} | {r['context']:,} | {r.get('accelerator') or 'cpu'} | "
-                f"{r['n_params'] / 1e6:.1f}M | {r['accuracy']:.4f} | {r['log_loss']:.3f} | "
+                f"{r['n_params'] / 1e6:.1f}M | {r['settings']['learning_rate']:g} | {r['accuracy']:.4f} | {r['log_loss']:.3f} | "
                 f"{r['accuracy_pair_or_better']:.4f} | {r['fit_seconds']:.0f} | "
                 f"{r['steps']:,} ({r['best_step']:,}{', last 10%' if late else ''}) | "
                 f"{r['stop_reason']}{' (resumed)' if r.get('resumed') else ''} | "
@@ -615,6 +615,12 @@ def main(argv: list[str] | None = None) -> int:
         choices=sorted(PROTOCOLS),
         default="cpu",
         help="cpu: minibatches of 512 (default); paper: every batch is the whole context",
+    )
+    parser.add_argument(
+        "--learning-rate",
+        type=float,
+        default=None,
+        help="the attention models' rate (default: the protocol's)",
     )
     parser.add_argument("--device", default="cpu", help="the attention models' device (cuda for a GPU)")
     parser.add_argument(
