@@ -203,6 +203,45 @@ def neural_settings(
     return settings
 
 
+def src_bytes_hash() -> str:
+    """sha256 (16 hex digits) of the bytes of the package's Python files, the same under any Python."""
+    import semiparam
+
+    root = Path(semiparam.__file__).resolve().parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        if "__pycache__" not in path.parts:
+            h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def import_records(jsonl: Path, records: list[dict[str, Any]], source: Path, code: str) -> int:
+    """Add the records of a run made on another machine (``source``, its poker_context.jsonl) whose
+    package bytes equal this checkout's: their ``code.semiparam`` (a syntax-tree hash, which depends
+    on the Python version) is set to this one's, the original kept as ``semiparam_on_run_machine``.
+    Records already present, or made from other code, are left out. Returns how many were added."""
+    local = src_bytes_hash()
+    added = 0
+    for line in source.read_text().splitlines():
+        if not line.strip():
+            continue
+        rec = json.loads(line)
+        if rec.get("code", {}).get("src_bytes_sha256") != local:
+            print(f"skipped (other code): {rec.get('model')} c={rec.get('context')}")
+            continue
+        rec["code"] = {**rec["code"], "semiparam_on_run_machine": rec["code"]["semiparam"], "semiparam": code}
+        if any(
+            r.get("finished_at") == rec.get("finished_at") and r.get("settings") == rec.get("settings")
+            for r in records
+        ):
+            continue
+        records.append(rec)
+        with jsonl.open("a") as fh:
+            fh.write(json.dumps(rec) + "\n")
+        added += 1
+    return added
+
+
 def fingerprint(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:12]
 
@@ -443,8 +482,8 @@ def write_report(out: Path, records: list[dict[str, Any]], code: str) -> None:
             "named in each row (a step over 20,000 rows costs seconds on the 2-core CPU); the same "
             "test hands as above.",
             "",
-            "| model | c | device | parameters | learning rate | accuracy | log loss | pair or better | fit s | steps (best) "
-            "| stop | device peak GiB |",
+            "| model | c | device | parameters | learning rate | accuracy | log loss | pair or better "
+            "| fit s | steps (best) | stop | device peak GiB |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in paper:
@@ -455,7 +494,8 @@ def write_report(out: Path, records: list[dict[str, Any]], code: str) -> None:
             peak = r.get("accelerator_peak_gib")
             lines.append(
                 f"| {NAMES[r['model']]} | {r['context']:,} | {r.get('accelerator') or 'cpu'} | "
-                f"{r['n_params'] / 1e6:.1f}M | {r['settings']['learning_rate']:g} | {r['accuracy']:.4f} | {r['log_loss']:.3f} | "
+                f"{r['n_params'] / 1e6:.1f}M | {r['settings']['learning_rate']:g} | "
+                f"{r['accuracy']:.4f} | {r['log_loss']:.3f} | "
                 f"{r['accuracy_pair_or_better']:.4f} | {r['fit_seconds']:.0f} | "
                 f"{r['steps']:,} ({r['best_step']:,}{', last 10%' if late else ''}) | "
                 f"{r['stop_reason']}{' (resumed)' if r.get('resumed') else ''} | "
@@ -484,12 +524,28 @@ def write_report(out: Path, records: list[dict[str, Any]], code: str) -> None:
                 f"{r['fit_seconds']:.0f} |"
             )
         lines.append("")
-    machine = first["machine"]
+    by_machine: dict[str, list[dict[str, Any]]] = {}
+    for r in current:  # runs made on different machines: each machine with the runs it made
+        m = r["machine"]
+        versions = m.get("versions", {})
+        torch_version = r.get("torch_version") or versions.get("torch")
+        name = (
+            f"{m.get('cpu')}, {m.get('cpu_count')} cores, {m.get('memory_gb')} GB"
+            + (f", {r['accelerator']}" if r.get("accelerator") else "")
+            + f"; torch {torch_version}, catboost {versions.get('catboost')}"
+        )
+        by_machine.setdefault(name, []).append(r)
+    for name, recs in by_machine.items():
+        made = ", ".join(
+            dict.fromkeys(
+                f"{NAMES[r['model']]}{' (paper protocol)' if r['kind'] == 'paper' else ''}" for r in recs
+            )
+        )
+        heads = ", ".join(dict.fromkeys(str(r["code"].get("git_head") or "?")[:10] for r in recs))
+        lines.append(f"Machine: {name}; {THREADS} threads per run, run alone: {made} (git {heads}).")
     lines += [
-        f"Machine: {machine.get('cpu')}, {machine.get('cpu_count')} cores, {machine.get('memory_gb')} GB; "
-        f"torch {machine.get('versions', {}).get('torch')}, catboost "
-        f"{machine.get('versions', {}).get('catboost')}; {THREADS} threads per run, run alone. Code: "
-        f"semiparam {code} (git {first['code'].get('git_head', '?')[:10]}). Commands: "
+        "",
+        f"Code: semiparam {code}. Commands: "
         + "; ".join(f"`{c}`" for c in dict.fromkeys(r["command"] for r in current))
         + ".",
     ]
@@ -607,6 +663,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(OUT))
     parser.add_argument("--report-only", action="store_true")
+    parser.add_argument(
+        "--import-records",
+        metavar="JSONL",
+        help="add the runs of another machine (its poker_context.jsonl) made from this code, then report",
+    )
     parser.add_argument("--knobs", action="store_true", help="the settings study instead of the contexts")
     parser.add_argument("--knob-context", type=int, default=16000)
     parser.add_argument("--knob-steps", type=int, default=4000)
@@ -645,13 +706,18 @@ def main(argv: list[str] | None = None) -> int:
     jsonl = out / "poker_context.jsonl"
     records = [json.loads(s) for s in (jsonl.read_text().splitlines() if jsonl.exists() else []) if s.strip()]
     code = code_hash()
-    if args.report_only:
+    if args.import_records:
+        print(f"imported {import_records(jsonl, records, Path(args.import_records), code)} record(s)")
+    if args.report_only or args.import_records:
         write_report(out, records, code)
         return 0
     _, y_pool, _, y_test = split(args.seed)
     version = devsuite.code_version()
-    if version["git_head"] is None:  # a copy of the work tree without .git (a GPU machine)
-        version["git_head"] = os.environ.get("SEMIPARAM_GIT_HEAD")
+    # a copy of the work tree on another machine (a GPU's) may lack .git: the caller names the commit
+    version["git_head"] = os.environ.get("SEMIPARAM_GIT_HEAD") or version["git_head"]
+    # the package's bytes: ``code_hash`` hashes syntax trees, whose dump differs between Python
+    # versions, so a run made under another Python is matched to this code by its bytes
+    version["src_bytes_sha256"] = src_bytes_hash()
     context_info = {
         "command": " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv]),
         "code": {**version, "semiparam": code},
@@ -675,7 +741,9 @@ def main(argv: list[str] | None = None) -> int:
         ckpt = out / "tmp" / "poker" / f"{model}-c{context}-{fingerprint([key, code])}"
         print(f"{time.strftime('%H:%M:%S')} {key.get('knob', '')} {model} c={context} ...", flush=True)
         result = spawn(model, context, settings, ckpt, args)
-        record = devsuite.jsonable({**key, **result, **context_info})
+        record = devsuite.jsonable(
+            {**key, **result, **context_info, "finished_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+        )
         records.append(record)
         with jsonl.open("a") as fh:
             fh.write(json.dumps(record) + "\n")
@@ -707,6 +775,8 @@ def main(argv: list[str] | None = None) -> int:
                         device=args.device,
                         time_budget=args.time_budget,
                     )
+                    if args.learning_rate is not None:
+                        settings["learning_rate"] = args.learning_rate
                 else:
                     settings = {}
                 kind = "context" if args.protocol == "cpu" or model not in NEURAL else "paper"
