@@ -592,6 +592,23 @@ def _paper_reading(runs: dict[tuple[str, int], dict[str, Any]], paper: list[dict
     npt_ok = sorted((c, r) for (m, c), r in runs.items() if m == "npt" and r["status"] == "ok")
     out = []
     for top in (r for r in paper if r["status"] == "ok" and r["model"] == "spin"):
+        losses, steps = top["val_loss"], top["eval_steps"]
+        best = min(range(len(losses)), key=losses.__getitem__)
+        after = losses[best + 1 : best + 1 + max(1, (len(losses) - best) // 2)]
+        if after:  # the flat-rate stretch after the best checkpoint (before the anneal pulls it back)
+            n_train = int(top["context"] * (1 - top["settings"]["validation_fraction"]))
+            rising = max(after) > losses[best]
+            out.append(
+                f"At c = {top['context']:,} the validation loss is lowest at step {steps[best]:,} "
+                f"({losses[best]:.3f}) and {'rises' if rising else 'stays'} after it (up to "
+                f"{max(after):.3f}) while {top['steps'] - steps[best]:,} more steps run"
+                + (
+                    f", overfitting the {n_train:,} training hands: more steps do not help at this pool "
+                    "size (the paper's contexts are drawn from 717K hands)."
+                    if rising
+                    else "."
+                )
+            )
         rivals = [runs.get((m, top["context"])) for m in ("hgb", "catboost")]
         if npt_ok:
             rivals.append(npt_ok[-1][1])
