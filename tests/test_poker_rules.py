@@ -76,3 +76,19 @@ def test_bad_hands_are_refused() -> None:
         poker_rules.hand_class(np.ones((1, 5), int), np.full((1, 5), 14))
     with pytest.raises(ValueError, match="n must be"):
         poker_rules.draw_hands(-1)
+
+
+@pytest.mark.skipif(not _have_data(), reason="shared data directory not available")
+def test_a_context_beyond_the_file_adds_drawn_hands_none_of_them_a_test_hand() -> None:
+    import poker_context
+
+    X_file, y_file, X_test, _ = poker_context.split(0)
+    X, y, X_test2, _ = poker_context.split(0, len(y_file) + 3000)
+    assert len(y) == len(y_file) + 3000
+    assert X.iloc[: len(y_file)].equals(X_file) and X_test.equals(
+        X_test2
+    )  # contexts within the file unchanged
+    drawn = X.iloc[len(y_file) :]
+    assert set(poker_context._card_sets(drawn)).isdisjoint(poker_context._card_sets(X_test))
+    np.testing.assert_array_equal(y.iloc[len(y_file) :].to_numpy(), poker_rules.frame_class(drawn))
+    assert all(isinstance(X[c].dtype, type(X_file[c].dtype)) for c in X.columns)  # still categorical
