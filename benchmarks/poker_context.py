@@ -567,11 +567,11 @@ def write_report(out: Path, records: list[dict[str, Any]], code: str) -> None:
         )
         by_machine.setdefault(name, []).append(r)
     for name, recs in by_machine.items():
-        made = ", ".join(
-            dict.fromkeys(
-                f"{NAMES[r['model']]}{' (paper protocol)' if r['kind'] == 'paper' else ''}" for r in recs
-            )
-        )
+        groups: dict[str, list[str]] = {}
+        for r in recs:
+            label = f"{NAMES[r['model']]}{' (paper protocol)' if r['kind'] == 'paper' else ''}"
+            groups.setdefault(label, []).append(f"{r['context']:,}")
+        made = "; ".join(f"{label} at c = {', '.join(cs)}" for label, cs in groups.items())
         heads = ", ".join(dict.fromkeys(str(r["code"].get("git_head") or "?")[:10] for r in recs))
         lines.append(f"Machine: {name}; {THREADS} threads per run, run alone: {made} (git {heads}).")
     lines += [
@@ -662,14 +662,19 @@ def _plot(out: Path, runs: dict[tuple[str, int], dict[str, Any]], paper: list[di
         import matplotlib.pyplot as plt
     except ImportError:  # the bench extra is not installed: the report has the table
         return
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    cpus = [r["machine"].get("cpu") for r in runs.values() if r["status"] == "ok"]
+    machine = max(set(cpus), key=cpus.count) if cpus else None  # the machine that ran most of them
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.6))
     for model in MODELS:
         pts = sorted((c, r) for (m, c), r in runs.items() if m == model and r["status"] == "ok")
         if not pts:
             continue
         cs = [c for c, _ in pts]
         axes[0].plot(cs, [r["accuracy"] * 100 for _, r in pts], marker="o", label=NAMES[model])
-        axes[1].plot(cs, [r["fit_seconds"] for _, r in pts], marker="o", label=NAMES[model])
+        timed = [(c, r) for c, r in pts if r["machine"].get("cpu") == machine]  # one machine's times
+        axes[1].plot(
+            [c for c, _ in timed], [r["fit_seconds"] for _, r in timed], marker="o", label=NAMES[model]
+        )
     for model in NEURAL:  # the paper's protocol (whole-context batches, an accelerator): stars
         pts = sorted((r["context"], r) for r in paper if r["model"] == model and r["status"] == "ok")
         if pts:
@@ -684,15 +689,16 @@ def _plot(out: Path, runs: dict[tuple[str, int], dict[str, Any]], paper: list[di
     majority = next((r["majority_accuracy"] for r in runs.values() if r["status"] == "ok"), None)
     if majority is not None:
         axes[0].axhline(majority * 100, color="grey", ls=":", label="majority class")
-    for ax, ylabel in zip(axes, ("test accuracy (%)", "fit seconds (2 threads)")):
+    for ax, ylabel in zip(axes, ("test accuracy (%)", f"fit seconds (2 threads, {machine})")):
         ax.set_xscale("log")
         ax.set_xlabel("context c (training hands)")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
     axes[1].set_yscale("log")
-    axes[0].legend()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
     fig.suptitle("Poker Hand: accuracy and fit time against the context")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.14, 1, 1))
     fig.savefig(out / "poker_context.png", dpi=110)
     plt.close(fig)
 
