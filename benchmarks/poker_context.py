@@ -115,22 +115,12 @@ NEURAL_SETTINGS: dict[str, Any] = {
 # slowly; the --knobs study runs it beside this setting.
 MODEL_OPTIONS = {"spin": {"predictor_aba": 1}, "npt": {}}
 
-# --protocol paper: the batch is the whole context (set per context in ``neural_settings``)
+# --protocol paper: the batch is the whole context (set per context in ``neural_settings``); the
+# rest as the cpu protocol but for these
 PAPER_SETTINGS: dict[str, Any] = {
-    "n_estimators": 1,
+    **{k: v for k, v in NEURAL_SETTINGS.items() if k != "batch_size"},
     "learning_rate": 1e-3,  # the SPIN paper's Poker script
-    "p_target": 0.5,
-    "p_feature": 0.15,
-    "validation_fraction": 0.1,
-    "train_options": {
-        "lr_schedule": "adaptive",
-        "eval_every": 100,
-        "patience": 15,
-        "min_steps": 1500,
-        "anneal_fraction": 0.25,
-        "tradeoff_steps": 300,
-        "checkpoint_every_steps": 250,
-    },
+    "train_options": {**NEURAL_SETTINGS["train_options"], "min_steps": 1500, "checkpoint_every_steps": 250},
     # NOTE[DIFF]: the paper's script names e = 128 for Poker, but its 11.8M parameters (spec-spin 6.8)
     # fit e = 40 (the report prints the count), 4 layers, 8 heads, h = f = 10
     "model_options": {"d_embedding": 40, "n_layers": 4, "n_heads": 8},
@@ -599,28 +589,32 @@ def _reading(runs: dict[tuple[str, int], dict[str, Any]], contexts: list[int]) -
         f"Reading: SPIN's test accuracy {'rises' if rising else 'does not rise'} with the context "
         f"({accuracies} at c = {sizes})."
     ]
-    npt_ok = [r for c in contexts if (r := runs.get(("npt", c))) and r["status"] == "ok"]
-    rivals = [runs.get((m, top["context"])) for m in ("hgb", "catboost")]
-    if npt_ok:
-        rivals.append(npt_ok[-1])
-    for r in rivals:
-        if r is None or r["status"] != "ok":
-            continue
-        verdict = "beats" if top["accuracy"] > r["accuracy"] else "does not beat"
-        out.append(
-            f"At c = {top['context']:,} SPIN ({top['accuracy']:.1%}) {verdict} {NAMES[r['model']]} at "
-            f"c = {r['context']:,} ({r['accuracy']:.1%})."
-        )
+    out += _verdicts(runs, top, f"At c = {top['context']:,} SPIN ({top['accuracy']:.1%})")
     failed = [r for c in contexts if (r := runs.get(("npt", c))) and r["status"] != "ok"]
     if failed:
         out.append(f"NPT at c = {failed[0]['context']:,}: {failed[0]['status']}.")
     return [" ".join(out)]
 
 
+def _verdicts(runs: dict[tuple[str, int], dict[str, Any]], top: dict[str, Any], subject: str) -> list[str]:
+    """``subject`` (SPIN's run ``top``) against HistGradientBoosting and CatBoost at its context and
+    NPT at NPT's largest context."""
+    npt_ok = sorted((c, r) for (m, c), r in runs.items() if m == "npt" and r["status"] == "ok")
+    rivals = [runs.get((m, top["context"])) for m in ("hgb", "catboost")]
+    if npt_ok:
+        rivals.append(npt_ok[-1][1])
+    out = []
+    for r in rivals:
+        if r is None or r["status"] != "ok":
+            continue
+        verdict = "beats" if top["accuracy"] > r["accuracy"] else "does not beat"
+        out.append(f"{subject} {verdict} {NAMES[r['model']]} at c = {r['context']:,} ({r['accuracy']:.1%}).")
+    return out
+
+
 def _paper_reading(runs: dict[tuple[str, int], dict[str, Any]], paper: list[dict[str, Any]]) -> list[str]:
     """Sentences computed from the paper-protocol runs: each against the boosting models at the
     same context and NPT at its largest context."""
-    npt_ok = sorted((c, r) for (m, c), r in runs.items() if m == "npt" and r["status"] == "ok")
     out = []
     for top in (r for r in paper if r["status"] == "ok" and r["model"] == "spin"):
         losses, steps = top["val_loss"], top["eval_steps"]
@@ -640,17 +634,9 @@ def _paper_reading(runs: dict[tuple[str, int], dict[str, Any]], paper: list[dict
                     else "."
                 )
             )
-        rivals = [runs.get((m, top["context"])) for m in ("hgb", "catboost")]
-        if npt_ok:
-            rivals.append(npt_ok[-1][1])
-        for r in rivals:
-            if r is None or r["status"] != "ok":
-                continue
-            verdict = "beats" if top["accuracy"] > r["accuracy"] else "does not beat"
-            out.append(
-                f"SPIN at c = {top['context']:,}, whole-context batches ({top['accuracy']:.1%}), {verdict} "
-                f"{NAMES[r['model']]} at c = {r['context']:,} ({r['accuracy']:.1%})."
-            )
+        out += _verdicts(
+            runs, top, f"SPIN at c = {top['context']:,}, whole-context batches ({top['accuracy']:.1%}),"
+        )
     return [" ".join(out)] if out else []
 
 

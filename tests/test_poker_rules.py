@@ -14,16 +14,10 @@ from semiparam import datasets
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import poker_rules  # noqa: E402
 
-
-def _have_data() -> bool:
-    try:
-        datasets.data_dir()
-    except datasets.DatasetError:
-        return False
-    return True
+from .test_datasets import needs_data  # noqa: E402
 
 
-@pytest.mark.skipif(not _have_data(), reason="shared data directory not available")
+@needs_data
 def test_rules_reproduce_every_label_of_the_uci_file() -> None:
     data = datasets.load("poker")
     labels = poker_rules.frame_class(data.X)
@@ -78,7 +72,7 @@ def test_bad_hands_are_refused() -> None:
         poker_rules.draw_hands(-1)
 
 
-@pytest.mark.skipif(not _have_data(), reason="shared data directory not available")
+@needs_data
 def test_a_context_beyond_the_file_adds_drawn_hands_none_of_them_a_test_hand() -> None:
     import poker_context
 
