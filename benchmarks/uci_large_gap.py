@@ -53,6 +53,8 @@ PAPER_TRAIN_ROWS = {
     "Higgs": 11_000_000 - 500_000,
     "Protein": round(0.7 * 45_730),
 }
+# a log-linear extrapolation from 2,500 and 10,000 rows is stated only up to this many doublings
+MAX_DOUBLINGS = 4
 # tables whose shipped copy is not the paper's data: their gap says nothing about the models
 NOT_THE_PAPERS = {
     "adult": "the paper's Income is KDD Census-Income (299,285 rows, 95% majority class), not UCI Adult"
@@ -296,20 +298,37 @@ def _reading(
             f"SPIN gains {per_doubling:+.2f}{unit} per doubling of its rows (2,500 -> 10,000); the paper "
             f"trained on about {paper_rows:,} rows, {doublings:.1f} doublings more"
         )
-        if doublings > 0 and per_doubling > 0:
+        if doublings > MAX_DOUBLINGS:
+            parts[-1] += (
+                f": too far beyond the rows measured to extrapolate from two points (more than "
+                f"{MAX_DOUBLINGS} doublings)."
+            )
+        elif doublings > 0 and per_doubling > 0:
             projected = s[10_000] + per_doubling * doublings * (1 if metric == "accuracy" else -1)
             facts["spin_projected_at_paper_rows"] = projected
             closes = better(projected, target) or math.isclose(projected, target, abs_tol=0.05)
             parts[-1] += (
-                f": continued log-linearly (an extrapolation, not a measurement) that gives {projected:.2f}, "
-                f"which {'reaches' if closes else 'does not reach'} the paper's number."
+                ": continued log-linearly (an extrapolation, not a measurement) that "
+                + (
+                    f"passes 100% ({projected:.2f}): the rate cannot hold that far, but it points past the "
+                    "paper's number"
+                    if metric == "accuracy" and projected > 100
+                    else f"gives {projected:.2f}, which {'reaches' if closes else 'does not reach'} the "
+                    "paper's number"
+                )
+                + "."
             )
         else:
             parts[-1] += "."
-        if paper_rows > rows_here:
+        if paper_rows > 1.01 * rows_here:
             parts.append(
                 f"The shipped copy has {rows_here:,} training rows of the split, so no budget here closes "
                 "the part of the gap that is rows."
+            )
+        elif paper_rows > 10_000:
+            parts.append(
+                f"The shipped copy has all the paper's {rows_here:,} training rows: training on them all "
+                "(not the 10,000 of this plan) is the first part of the budget."
             )
     steps = PAPER_SPIN_STEPS.get(paper_name or "") or PAPER_NPT_STEPS.get(paper_name or "")
     sps = (spin10 or {}).get("details", {}).get("seconds_per_step")
