@@ -79,6 +79,7 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # poker_rules, devsuite beside this file
 OUT = ROOT / "benchmarks" / "results"
 DEFAULT_CONTEXTS = (1000, 4000, 16000)
 MODELS = ("spin", "npt", "hgb", "catboost")
@@ -172,16 +173,16 @@ def split(seed: int, size: int | None = None) -> tuple[Any, Any, Any, Any]:
 
 
 def _card_sets(X: Any) -> list[frozenset[int]]:
-    suits = np.stack([np.asarray(X[f"S{i}"], dtype=np.int64) for i in range(1, 6)], axis=1)
-    ranks = np.stack([np.asarray(X[f"C{i}"], dtype=np.int64) for i in range(1, 6)], axis=1)
+    """Each hand as its set of five cards (0-51), so that the order of the cards does not matter."""
+    from poker_rules import frame_cards
+
+    suits, ranks = frame_cards(X)
     return [frozenset(row) for row in ((suits - 1) * 13 + ranks - 1).tolist()]
 
 
 def _extend_pool(X_pool: Any, y_pool: Any, X_test: Any, n: int, seed: int) -> tuple[Any, Any]:
     """The pool followed by ``n`` hands drawn by the rules, none of them a test hand."""
     import pandas as pd
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from poker_rules import draw_hands
 
     X_new, y_new = draw_hands(n + n // 100 + 100, seed=seed + 1)
@@ -466,9 +467,7 @@ def write_report(out: Path, records: list[dict[str, Any]], code: str) -> None:
                 )
                 continue
             if model in NEURAL:
-                late = r["best_step"] is not None and r["best_step"] >= 0.9 * r["steps"]
-                steps = f"{r['steps']:,} ({r['best_step']:,}{', last 10%' if late else ''})"
-                stop = r["stop_reason"] + (" (resumed)" if r.get("resumed") else "")
+                steps, stop = _steps_and_stop(r)
             else:
                 steps = f"{r.get('n_iter', r.get('iterations'))} trees/iterations"
                 stop = "–"
@@ -511,15 +510,14 @@ def write_report(out: Path, records: list[dict[str, Any]], code: str) -> None:
             if r["status"] != "ok":
                 lines.append(f"| {NAMES[r['model']]} | {r['context']:,} | | | | {r['status']} | | | | | | |")
                 continue
-            late = r["best_step"] is not None and r["best_step"] >= 0.9 * r["steps"]
+            steps, stop = _steps_and_stop(r)
             peak = r.get("accelerator_peak_gib")
             lines.append(
                 f"| {NAMES[r['model']]} | {r['context']:,} | {r.get('accelerator') or 'cpu'} | "
                 f"{r['n_params'] / 1e6:.1f}M | {r['settings']['learning_rate']:g} | "
                 f"{r['accuracy']:.4f} | {r['log_loss']:.3f} | "
                 f"{r['accuracy_pair_or_better']:.4f} | {r['fit_seconds']:.0f} | "
-                f"{r['steps']:,} ({r['best_step']:,}{', last 10%' if late else ''}) | "
-                f"{r['stop_reason']}{' (resumed)' if r.get('resumed') else ''} | "
+                f"{steps} | {stop} | "
                 f"{'' if peak is None else f'{peak:.2f}'} |"
             )
         lines += ["", *_paper_reading(runs, paper), ""]
@@ -572,6 +570,14 @@ def write_report(out: Path, records: list[dict[str, Any]], code: str) -> None:
     ]
     (out / "poker_context.md").write_text("\n".join(lines) + "\n")
     _plot(out, runs, paper)
+
+
+def _steps_and_stop(r: dict[str, Any]) -> tuple[str, str]:
+    """An attention model's run: "steps (best step)", flagged when the best is in the last 10%, and
+    why training stopped."""
+    late = r["best_step"] is not None and r["best_step"] >= 0.9 * r["steps"]
+    steps = f"{r['steps']:,} ({r['best_step']:,}{', last 10%' if late else ''})"
+    return steps, r["stop_reason"] + (" (resumed)" if r.get("resumed") else "")
 
 
 def _reading(runs: dict[tuple[str, int], dict[str, Any]], contexts: list[int]) -> list[str]:
@@ -736,7 +742,6 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run(args)), flush=True)
         return 0
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     import devsuite
 
     from semiparam.bench.measure import code_hash, machine_info

@@ -64,8 +64,13 @@ def draw_hands(n: int, seed: int = 0) -> tuple[pd.DataFrame, pd.Series]:
     return X, pd.Series(hand_class(suits, ranks), name="CLASS")
 
 
-def frame_class(X: pd.DataFrame) -> np.ndarray:
-    """:func:`hand_class` of a frame with the UCI columns."""
+def frame_cards(X: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """``(suits, ranks)``, each ``(n, 5)`` integers, of a frame with the UCI columns."""
     suits = np.stack([np.asarray(X[f"S{i}"], dtype=np.int64) for i in range(1, 6)], axis=1)
     ranks = np.stack([np.asarray(X[f"C{i}"], dtype=np.int64) for i in range(1, 6)], axis=1)
-    return hand_class(suits, ranks)
+    return suits, ranks
+
+
+def frame_class(X: pd.DataFrame) -> np.ndarray:
+    """:func:`hand_class` of a frame with the UCI columns."""
+    return hand_class(*frame_cards(X))
