@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from semiparam.data.genotypes import GenotypeData
 from semiparam.datasets import data_dir
 from semiparam.genomics import (
     evaluate_imputation,
@@ -69,13 +70,14 @@ PLAN: dict[str, dict[str, Any]] = {
 }
 # model runs: name -> impute-vcf arguments
 MODEL_RUNS: dict[str, list[str]] = {
+    "copy": ["--model", "copy"],
     "spin-shared": ["--model", "spin", "--mode", "shared"],
     "npt-shared": ["--model", "npt", "--mode", "shared"],
     "spin-per-window": ["--model", "spin", "--mode", "per-window"],
     "npt-per-window": ["--model", "npt", "--mode", "per-window"],
     "knn": ["--model", "knn"],
 }
-DEFAULT_METHODS = ["knn", "beagle", "spin-shared", "npt-shared", "spin-per-window", "npt-per-window"]
+DEFAULT_METHODS = ["copy", "beagle", "knn", "spin-shared", "npt-shared", "spin-per-window", "npt-per-window"]
 
 
 # -- preparing the splits ----------------------------------------------------------------------
@@ -99,7 +101,7 @@ def _panel_files(name: str) -> dict[str, Any]:
     }
 
 
-def prepare(name: str, seed: int, n_blocks: int) -> dict[str, Any]:
+def prepare(name: str, seed: int, n_blocks: int, phased_targets: bool = False) -> dict[str, Any]:
     """Write ref.vcf.gz (reference samples, array sites + evaluated blocks), target.vcf.gz (test
     samples at array sites), truth.npz and a PLINK map; return the split's description."""
     out = SCRATCH / name
@@ -131,9 +133,16 @@ def prepare(name: str, seed: int, n_blocks: int) -> dict[str, Any]:
         out / "ref.vcf.gz", ref_panel.subset_sites(keep).as_genotypes(), source="benchmarks/genomics.py"
     )
     test_geno = panel.subset_samples(test).as_genotypes()
-    write_genotypes_vcf(
-        out / "target.vcf.gz", test_geno.subset_sites(np.flatnonzero(typed)), source="benchmarks/genomics.py"
-    )
+    target = test_geno.subset_sites(np.flatnonzero(typed))
+    if not phased_targets:  # what an array gives: genotypes without phase, written 0/1
+        target = GenotypeData(
+            target.sites,
+            target.samples,
+            np.sort(target.alleles, axis=2),
+            np.zeros_like(target.phased),
+            target.contig_lines,
+        )
+    write_genotypes_vcf(out / "target.vcf.gz", target, source="benchmarks/genomics.py")
     np.savez_compressed(
         out / "truth.npz",
         pos=panel.sites.pos[eval_sites],
@@ -154,6 +163,7 @@ def prepare(name: str, seed: int, n_blocks: int) -> dict[str, Any]:
         "n_eval_sites": int(len(eval_sites)),
         "block_positions": [[int(panel.sites.pos[b[0]]), int(panel.sites.pos[b[-1]])] for b in blocks],
         "seed": seed,
+        "targets": "phased" if phased_targets else "unphased",
     }
     (out / "split.json").write_text(json.dumps(info, indent=2))
     return info
@@ -199,7 +209,7 @@ def run_method(panel: str, method: str, steps: dict[str, int], quick: bool) -> d
     else:
         n_inputs = PLAN[panel]["n_inputs"]
         step_args = []
-        if method != "knn":
+        if method not in ("knn", "copy"):
             step_args = ["--steps", str(steps[method.split("-", 1)[1].replace("-", "_")])]
         out_vcf = Path(str(out_prefix) + ".vcf.gz")
         cmd = [
@@ -219,6 +229,8 @@ def run_method(panel: str, method: str, steps: dict[str, int], quick: bool) -> d
             str(BLOCK),
             "--overlap",
             "0",
+            "--map",
+            str(d / "plink.map"),
             "--ap",
             "--no-index",
             "--quiet",
@@ -462,6 +474,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", default=str(RESULTS / "genomics"))
     parser.add_argument("--report-only", action="store_true", help="rewrite the .md from the .json")
+    parser.add_argument(
+        "--phased-targets", action="store_true", help="give the methods phased targets (default: unphased)"
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the results of (panel, method) pairs already in the .json made with the same split "
+        "and settings; run the rest",
+    )
     args = parser.parse_args(argv)
     if args.report_only:
         out = Path(args.out)
@@ -483,25 +504,38 @@ def main(argv: list[str] | None = None) -> int:
         "model_settings": MODEL_SETTINGS,
         "panels": {},
     }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    json_path = Path(str(out) + ".json")
+    earlier = json.loads(json_path.read_text()) if args.resume and json_path.exists() else {}
+    same_settings = all(earlier.get(k) == results[k] for k in ("steps", "model_settings"))
     for panel in args.panels.split(","):
         n_blocks = 1 if args.quick else PLAN[panel]["n_blocks"]
-        split = prepare(panel, args.seed, n_blocks)
+        split = prepare(panel, args.seed, n_blocks, phased_targets=args.phased_targets)
         print(f"[{time.perf_counter() - start:6.0f}s] {panel}: {json.dumps(split)[:300]}", flush=True)
         block = {"split": split, "methods": []}
+        results["panels"][panel] = block
+        done = {}
+        old = earlier.get("panels", {}).get(panel)
+        if same_settings and old is not None and old["split"] == split:
+            done = {r["method"]: r for r in old["methods"] if "error" not in r}
         for method in methods:
+            if method in done:
+                block["methods"].append(done[method])
+                print(f"{panel} {method}: kept from {json_path.name}", flush=True)
+                continue
             r = run_method(panel, method, steps, args.quick)
             block["methods"].append(r)
+            # written after every method, so a stopped run keeps what it finished (--resume)
+            json_path.write_text(json.dumps(results, indent=2, default=float))
             brief = {
                 k: r.get(k)
                 for k in ("r2_dosage", "r2_haplotype", "concordance", "wall_seconds", "peak_rss_mb", "error")
             }
             print(f"[{time.perf_counter() - start:6.0f}s] {panel} {method}: {brief}", flush=True)
-        results["panels"][panel] = block
     results["total_minutes"] = (time.perf_counter() - start) / 60
     results["reductions"] = reductions(results, args)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    Path(str(out) + ".json").write_text(json.dumps(results, indent=2, default=float))
+    json_path.write_text(json.dumps(results, indent=2, default=float))
     write_report(results, Path(str(out) + ".md"))
     print(f"wrote {out}.json and {out}.md", flush=True)
     return 0

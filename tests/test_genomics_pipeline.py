@@ -91,17 +91,42 @@ def test_unphased_targets_error_or_phase(split: dict[str, object]) -> None:
     test = split["test"]
     alleles = np.where(split["typed"][:, None, None], test.as_genotypes().alleles, -1)  # type: ignore[index,union-attr]
     phased = np.zeros(alleles.shape[:2], dtype=bool)
-    imp = GenotypeImputer("knn", **TINY).fit(split["ref"], split["typed"])  # type: ignore[arg-type]
+    alleles = np.sort(alleles, axis=2)  # written 0/1: the phase is not known
+    imp = GenotypeImputer("knn", unphased="error", **TINY).fit(split["ref"], split["typed"])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="unphased heterozygous"):
         imp.impute(alleles, phased)
-    imp.unphased = "match"
-    probs = imp.impute(alleles, phased)
-    dose = probs.sum(-1)
     typed = split["typed"]
-    np.testing.assert_array_equal(dose[typed], alleles[typed].sum(-1))  # type: ignore[index]
     ev = ~typed  # type: ignore[operator]
     true_dose = test.as_genotypes().alleles[ev].sum(-1)  # type: ignore[union-attr]
-    assert np.corrcoef(true_dose.ravel(), dose[ev].ravel())[0, 1] ** 2 > 0.4
+    for model, unphased in (("knn", "match"), ("knn", "phase"), ("copy", "phase")):
+        imp = GenotypeImputer(model, unphased=unphased, **TINY).fit(split["ref"], split["typed"])  # type: ignore[arg-type]
+        probs = imp.impute(alleles, phased)
+        dose = probs.sum(-1)
+        np.testing.assert_array_equal(dose[typed], alleles[typed].sum(-1))  # type: ignore[index]
+        assert np.corrcoef(true_dose.ravel(), dose[ev].ravel())[0, 1] ** 2 > 0.4, (model, unphased)
+
+
+def test_copying_is_the_default_and_beats_knn(split: dict[str, object]) -> None:
+    imp = GenotypeImputer(**TINY).fit(split["ref"], split["typed"])  # type: ignore[arg-type]
+    assert imp.model == "copy" and imp.unphased == "phase" and imp.learners_ == []
+    assert imp.copying_.ne is not None  # picked on held-out reference samples
+    probs = imp.impute_haplotypes(_query(split))
+    typed = split["typed"]
+    np.testing.assert_array_equal(probs[typed], split["test"].haplotypes[typed])  # type: ignore[index,union-attr]
+    assert np.all((probs >= 0) & (probs <= 1))
+    knn = GenotypeImputer("knn", **TINY).fit(split["ref"], split["typed"])  # type: ignore[arg-type]
+    assert _dosage_r2(split, probs) > _dosage_r2(split, knn.impute_haplotypes(_query(split)))
+
+
+def test_copying_settings_are_checked(split: dict[str, object]) -> None:
+    with pytest.raises(ConfigError, match="unknown copying setting"):
+        GenotypeImputer(copying={"nee": 1}).fit(split["ref"], split["typed"])  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="error must be in"):
+        GenotypeImputer(copying={"error": 0.7}).fit(split["ref"], split["typed"])  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="unphased must be one of"):
+        GenotypeImputer(unphased="guess").fit(split["ref"], split["typed"])  # type: ignore[arg-type]
+    imp = GenotypeImputer(copying={"ne": 5e4}, **TINY).fit(split["ref"], split["typed"])  # type: ignore[arg-type]
+    assert imp.copying_.ne == 5e4  # given: not picked
 
 
 def test_bad_parameters_raise(split: dict[str, object]) -> None:
@@ -113,6 +138,18 @@ def test_bad_parameters_raise(split: dict[str, object]) -> None:
         GenotypeImputer("knn").fit(split["ref"], np.ones(3, dtype=bool))  # type: ignore[arg-type]
     with pytest.raises(RuntimeError, match="not fitted"):
         GenotypeImputer("knn").impute(np.zeros((3, 1, 2), dtype=np.int8))
+
+
+def test_save_load_copying_predicts_the_same(split: dict[str, object], tmp_path: Path) -> None:
+    imp = GenotypeImputer(**TINY).fit(split["ref"], split["typed"])  # type: ignore[arg-type]
+    test, typed = split["test"], split["typed"]
+    alleles = np.sort(np.where(typed[:, None, None], test.as_genotypes().alleles, -1), axis=2)  # type: ignore[index,union-attr]
+    phased = np.zeros(alleles.shape[:2], dtype=bool)
+    before = imp.impute(alleles, phased)
+    imp.save(tmp_path / "copy")
+    loaded = GenotypeImputer.load(tmp_path / "copy")
+    assert loaded.copying_ == imp.copying_
+    np.testing.assert_allclose(loaded.impute(alleles, phased), before, atol=1e-6)
 
 
 @pytest.mark.parametrize("mode", ["per_window", "shared"])
@@ -237,6 +274,8 @@ def test_cli_reports_bad_input(
             str(tmp_path / "o.vcf.gz"),
             "--model",
             "knn",
+            "--unphased",
+            "error",
             "--quiet",
             "--n-inputs",
             "10",
@@ -246,7 +285,35 @@ def test_cli_reports_bad_input(
             "5",
         ]
     )
-    assert code == 2 and "--unphased match" in capsys.readouterr().err
+    assert code == 2 and "--unphased phase" in capsys.readouterr().err
+
+
+def test_cli_default_imputes_unphased_targets_to_phased_output(
+    vcf_files: dict[str, Path], tmp_path: Path, split: dict[str, object]
+) -> None:
+    """An array's unphased genotypes need no flag: phased by the copying model, imputed by it."""
+    from semiparam.cli.main import main
+
+    unphased = tmp_path / "unphased.vcf"
+    unphased.write_text(cyvcf2_text(vcf_files["target"]).replace("|", "/").replace("1/0", "0/1"))
+    out = tmp_path / "imputed.vcf.gz"
+    args = ["impute-vcf", "--ref", str(vcf_files["ref"]), "--target", str(unphased), "--out", str(out)]
+    assert main([*args, "--quiet", "--n-inputs", "10", "--window-targets", "20", "--overlap", "5"]) == 0
+    vcf = cyvcf2.VCF(str(out))
+    test = split["test"].as_genotypes()  # type: ignore[union-attr]
+    typed = split["typed"]
+    doses, phased_calls = [], []
+    for i, rec in enumerate(vcf):
+        gt = np.array([g[:2] for g in rec.genotypes])
+        phased_calls.append(all(g[2] for g in rec.genotypes))
+        if typed[i]:  # type: ignore[index]
+            np.testing.assert_array_equal(gt.sum(1), test.alleles[i].sum(1))  # the genotypes given
+        else:
+            doses.append((rec.format("DS")[:, 0], test.alleles[i].sum(1)))
+    assert all(phased_calls)
+    ds = np.concatenate([d for d, _ in doses])
+    truth = np.concatenate([t for _, t in doses])
+    assert np.corrcoef(ds, truth)[0, 1] ** 2 > 0.5
 
 
 def cyvcf2_text(path: Path) -> str:

@@ -1,9 +1,10 @@
 """``semiparam impute-vcf``: impute untyped sites of target VCF genotypes from a phased reference
-panel, with SPIN, NPT or the nearest-haplotype baseline (the logic is
+panel, by haplotype copying (the default), SPIN, NPT or the nearest-haplotype baseline (the logic is
 :func:`semiparam.genomics.impute_vcf`).
 
     semiparam impute-vcf --ref ref.vcf.gz --target array.vcf.gz --out imputed.vcf.gz \\
-        [--array-sites omni.positions.gz] [--model spin|npt|knn] [--mode per-window|shared]
+        [--array-sites omni.positions.gz] [--map genetic.map] \\
+        [--model copy|spin|npt|knn] [--mode per-window|shared]
 """
 
 from __future__ import annotations
@@ -32,7 +33,15 @@ def add_impute_vcf_parser(sub: argparse._SubParsersAction) -> None:  # type: ign
     )
     p.add_argument("--region", help="chrom:start-end to read from both files (needs indexes)")
     p.add_argument(
-        "--model", default="spin", help="spin | npt | knn (nearest-haplotype baseline) | any registered model"
+        "--model",
+        default="copy",
+        help="copy (haplotype copying, default) | spin | npt | knn (nearest-haplotype baseline) | any "
+        "registered model",
+    )
+    p.add_argument(
+        "--map",
+        dest="genetic_map",
+        help="genetic map, PLINK 'chrom id cM bp' or SHAPEIT 'pos chr cM' (gzip ok); default 1 cM/Mb",
     )
     p.add_argument(
         "--mode",
@@ -53,9 +62,10 @@ def add_impute_vcf_parser(sub: argparse._SubParsersAction) -> None:  # type: ign
     )
     p.add_argument(
         "--unphased",
-        default="error",
-        choices=["error", "match"],
-        help="unphased heterozygous targets: error (default) or phase per window against the panel",
+        default="phase",
+        choices=["phase", "match", "error"],
+        help="unphased heterozygous targets: phase them with a diploid copying model (default), "
+        "with a best-match heuristic, or refuse them",
     )
     p.add_argument(
         "--knn-neighbors", type=int, help="k of --model knn (default: picked on held-out haplotypes)"
@@ -126,6 +136,7 @@ def cmd_impute_vcf(args: argparse.Namespace) -> int:
             kmer=args.kmer,
             min_mac=args.min_mac,
             unphased=args.unphased,
+            genetic_map=args.genetic_map,
             knn_neighbors=args.knn_neighbors,
             model_options=model_options or None,
             train_options=train_options or None,

@@ -8,6 +8,9 @@ probability at every site.
 
 Models, by ``model``:
 
+- ``"copy"`` (the default): haplotype copying (Li and Stephens), each target haplotype a mosaic of
+  the reference haplotypes that match it locally, decoded by forward-backward over the window's
+  typed sites (see :mod:`.copying`); nothing is trained, ``fit`` only stores the panel;
 - any table model of :mod:`semiparam.models.registry` (``"npt"``, ``"spin"``...), trained through
   :class:`~semiparam.estimators._engine.TableLearner` with chunk masking (spec-spin section 3.2):
   each step hides *all* target tokens of a fraction ``p_target`` of the batch's rows, the other
@@ -24,13 +27,17 @@ SPIN: encoded into inducing points): the paper's meta-learned model across genom
 
 Missing genotypes at typed sites are filled too: their K-mer token is hidden from the model and
 predicted from the other inputs, conditionally on the bits of the K-mer that are known.
-Unphased targets: with ``unphased="match"`` each window phases a sample's unphased heterozygous
-inputs by the reference haplotype that best fits its genotypes (see :func:`.phasing.phase_window`).
+Unphased targets (the normal output of a genotyping array) are phased per window before
+imputation: ``unphased="phase"`` (default) by Viterbi decoding of a diploid copying model
+(:func:`.copying.phase_diploid`), consecutive windows kept in phase with each other;
+``"match"`` by the older best-match heuristic (:func:`.phasing.phase_window`); ``"error"``
+refuses them. Phased inputs keep their phase.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import json
 import math
@@ -57,6 +64,15 @@ from ..parallel import check_backend, map_tasks
 from ..training.config import TrainConfig
 from ..training.seeding import seeded_build
 from ..training.trainer import Batch, ProgressBar, Trainer
+from .copying import (
+    NE_GRID,
+    CopyingSettings,
+    align_phase,
+    copy_window,
+    genetic_positions,
+    phase_window_inputs,
+    read_genetic_map,
+)
 from .phasing import check_phased, phase_window, unphased_heterozygotes
 from .presets import Mode, genomics_configs
 from .windows import (
@@ -70,7 +86,9 @@ from .windows import (
 )
 
 FORMAT_VERSION = 1
-BASELINES = ("knn",)
+COPYING = "copy"
+BASELINES = ("knn", COPYING)  # models without a trained network
+UNPHASED = ("phase", "match", "error")
 
 
 class GenotypeImputer:
@@ -79,8 +97,9 @@ class GenotypeImputer:
     Parameters
     ----------
     model : str
-        A registered table model (``semiparam.models.registry.model_names()``: "npt", "spin") or
-        "knn" (nearest-haplotype baseline).
+        "copy" (haplotype copying, the default), a registered table model
+        (``semiparam.models.registry.model_names()``: "npt", "spin") or "knn" (nearest-haplotype
+        baseline).
     mode : {"per_window", "shared"}
         One model per window, or one meta-learned model shared by all windows.
     preset : {"cpu", "paper16", "paper64"}
@@ -95,8 +114,14 @@ class GenotypeImputer:
         Training steps (per window, or in all for ``mode="shared"``); overrides the preset.
     knn_neighbors : int, optional
         ``k`` of the "knn" model; None picks it on held-out reference haplotypes.
-    unphased : {"error", "match"}
-        What to do with unphased heterozygous target genotypes at typed sites.
+    unphased : {"phase", "match", "error"}
+        What to do with unphased heterozygous target genotypes at typed sites: phase them with the
+        diploid copying model (default), with the best-match heuristic, or refuse them.
+    genetic_map : str or Path, optional
+        PLINK (``chrom id cM bp``) or SHAPEIT (``pos chr cM``) genetic map; default 1 cM per Mb.
+    copying : dict, optional
+        Settings of the copying model and of phasing (:class:`.copying.CopyingSettings`: ``ne``,
+        ``error``, ``n_candidates``).
     model_options, train_options : dict, optional
         Further model-config / ``TrainConfig`` fields; unknown keys raise.
     device : str
@@ -116,7 +141,7 @@ class GenotypeImputer:
 
     def __init__(
         self,
-        model: str = "spin",
+        model: str = COPYING,
         *,
         mode: Mode = "per_window",
         preset: str = "cpu",
@@ -127,7 +152,9 @@ class GenotypeImputer:
         min_mac: int = 1,
         max_steps: int | None = None,
         knn_neighbors: int | None = None,
-        unphased: Literal["error", "match"] = "error",
+        unphased: Literal["phase", "match", "error"] = "phase",
+        genetic_map: str | Path | None = None,
+        copying: dict[str, Any] | None = None,
         model_options: dict[str, Any] | None = None,
         train_options: dict[str, Any] | None = None,
         device: str = "cpu",
@@ -148,6 +175,8 @@ class GenotypeImputer:
         self.max_steps = max_steps
         self.knn_neighbors = knn_neighbors
         self.unphased = unphased
+        self.genetic_map = genetic_map
+        self.copying = copying
         self.model_options = model_options
         self.train_options = train_options
         self.device = device
@@ -167,8 +196,9 @@ class GenotypeImputer:
             raise ConfigError(f"unknown model {self.model!r}; available: {model_names() + list(BASELINES)}")
         if self.mode not in ("per_window", "shared"):
             raise ConfigError(f"mode must be 'per_window' or 'shared', got {self.mode!r}")
-        if self.unphased not in ("error", "match"):
-            raise ConfigError(f"unphased must be 'error' or 'match', got {self.unphased!r}")
+        if self.unphased not in UNPHASED:
+            raise ConfigError(f"unphased must be one of {UNPHASED}, got {self.unphased!r}")
+        self.copying_settings  # validates  # noqa: B018
         if self.min_mac < 0:
             raise ConfigError(f"min_mac must be >= 0, got {self.min_mac}")
         if self.knn_neighbors is not None and self.knn_neighbors < 1:
@@ -176,6 +206,15 @@ class GenotypeImputer:
         resolve_device(self.device)
         self.spec  # validates the window shape  # noqa: B018
         check_backend(self.backend, self.ray_address)
+
+    @property
+    def copying_settings(self) -> CopyingSettings:
+        fields = dict(self.copying or {})
+        known = {f.name for f in dataclasses.fields(CopyingSettings)}
+        unknown = set(fields) - known
+        if unknown:
+            raise ConfigError(f"unknown copying setting(s) {sorted(unknown)}; known: {sorted(known)}")
+        return CopyingSettings(**fields)
 
     def _configs(self) -> tuple[Any, TrainConfig]:
         train = dict(self.train_options or {})
@@ -221,14 +260,22 @@ class GenotypeImputer:
         sites = panel.sites
         self.windows_ = plan_windows(sites.chrom, sites.pos, typed, self.modelled_, self.spec)
         self.reference_ = panel.haplotypes  # (n_sites, n_hap) uint8
+        gmap = read_genetic_map(self.genetic_map) if self.genetic_map is not None else None
+        self.cm_ = genetic_positions(sites.chrom, sites.pos, gmap)
         self._say(
             f"{len(self.windows_)} windows of {self.spec.window_targets} untyped sites "
             f"({int(self.modelled_.sum())} modelled, {int((~typed & ~polymorphic).sum())} monomorphic or "
             f"below min_mac) with {self.spec.n_inputs} typed inputs each; {n_hap} reference haplotypes"
         )
-        if self.model in BASELINES:
-            self.neighbors_ = self.knn_neighbors or self._pick_k()
+        self.copying_ = self.copying_settings
+        if self.copying_.ne is None and (self.model == COPYING or self.unphased == "phase"):
+            ne = self._pick_ne(dataclasses.replace(self.copying_, ne=NE_GRID[0]))
+            self.copying_ = dataclasses.replace(self.copying_, ne=ne)
+        if self.model == COPYING:
             self.learners_: list[TableLearner] = []
+        elif self.model in BASELINES:
+            self.neighbors_ = self.knn_neighbors or self._pick_k()
+            self.learners_ = []
         elif self.mode == "per_window" and self.backend == "ray":
             task = functools.partial(_fit_window_files, copy.copy(self)._without_log())
             packed = map_tasks(task, list(enumerate(self.windows_)), backend="ray", address=self.ray_address)
@@ -381,10 +428,21 @@ class GenotypeImputer:
         typed_sum = np.zeros((len(typed_idx), 2 * n_samples), dtype=np.float64)
         typed_count = np.zeros((len(typed_idx), 2 * n_samples), dtype=np.float64)
         needs_phasing = unphased_het.any()
+        previous: tuple[np.ndarray, np.ndarray] | None = None  # last window's (sites, phased haps)
+        phased_haps = haps.copy() if needs_phasing else haps  # typed alleles as phased by the windows
         for k, window in enumerate(self._progress(self.windows_, "imputing")):
             q_haps = haps
             if needs_phasing:
-                q_haps = self._phase_inputs(alleles, phased, window, haps)
+                used, window_haps = self._phase_inputs(alleles, phased, window, k)
+                if previous is not None and self.windows_[k - 1].contig == window.contig:
+                    shared, i_prev, i_cur = np.intersect1d(previous[0], used, return_indices=True)
+                    if shared.size:
+                        swap = align_phase(previous[1][:, :, i_prev], window_haps[:, :, i_cur])
+                        window_haps[swap] = window_haps[swap][:, ::-1]
+                previous = (used, window_haps)
+                q_haps = haps.copy()
+                q_haps[used] = window_haps.reshape(-1, len(used)).T  # sample j -> columns 2j, 2j+1
+                phased_haps[used] = q_haps[used]
             target_p, input_p = self._predict_window(k, window, q_haps)
             real = window.targets >= 0
             t_idx = window.targets[real]
@@ -399,7 +457,7 @@ class GenotypeImputer:
         freq = self.alt_frequency_[:, None]
         out = np.where(weight[:, None] > 0, total / np.where(weight > 0, weight, 1.0)[:, None], freq)
         # typed sites: observed alleles; missing ones from the windows' reconstruction, else AF
-        t_haps = haps[typed_idx]
+        t_haps = phased_haps[typed_idx]
         filled = np.where(typed_count > 0, typed_sum / np.maximum(typed_count, 1.0), freq[typed_idx])
         out[typed_idx] = np.where(t_haps >= 0, t_haps.astype(np.float64), filled)
         return out.reshape(n_sites, n_samples, 2).astype(np.float32)
@@ -416,26 +474,84 @@ class GenotypeImputer:
 
     def _needs_reference(self) -> bool:
         """Whether prediction reads the panel's haplotypes (else only the fitted models)."""
-        return self.mode == "shared" or self.model in BASELINES or self.unphased == "match"
+        return self.mode == "shared" or self.model in BASELINES or self.unphased != "error"
 
     def _phase_inputs(
-        self, alleles: np.ndarray, phased: np.ndarray, window: Window, haps: np.ndarray
-    ) -> np.ndarray:
+        self, alleles: np.ndarray, phased: np.ndarray, window: Window, index: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(typed sites of the window, (n_samples, 2, n_used) phased haplotypes there)``."""
         if self.reference_ is None:
             raise RuntimeError("phasing needs the reference haplotypes; this imputer was saved without them")
-        used = window.inputs[window.inputs >= 0]
-        ref = self.reference_[used].T  # (n_ref, s)
-        geno = np.transpose(alleles[used], (1, 0, 2))  # (n_samples, s, 2)
-        phased_haps = phase_window(geno, phased[used].T, ref)  # (n_samples, 2, s)
-        out = haps.copy()
-        out[used] = phased_haps.reshape(-1, len(used)).T  # sample k -> columns 2k, 2k+1
-        return out
+        if self.unphased == "match":
+            used = window.inputs[window.inputs >= 0]
+            geno = np.transpose(alleles[used], (1, 0, 2))  # (n_samples, s, 2)
+            return used, phase_window(geno, phased[used].T, self.reference_[used].T)
+        rng = np.random.default_rng(self.random_state + index)
+        return phase_window_inputs(self.reference_, self.cm_, window, alleles, phased, self.copying_, rng)
+
+    def _predict_copying(self, window: Window, haps: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """The copying model on one window: target and (where missing) input ALT probabilities."""
+        return copy_window(self.reference_, self.cm_, window, haps, self.copying_)
+
+    def _pick_ne(self, settings: CopyingSettings) -> float:
+        """``ne`` of the copying model: best pooled dosage r^2 of held-out reference samples (10%,
+        at most 32) imputed from the other samples' haplotypes at the untyped sites of up to 4
+        windows. The held-out genotypes are given unphased when this imputer phases (an array's
+        normal output), phased otherwise."""
+        rng = np.random.default_rng(self.random_state)
+        n_samples = self.reference_.shape[1] // 2
+        n_val = min(32, max(1, n_samples // 10))
+        perm = rng.permutation(n_samples)
+        val, train = np.sort(perm[:n_val]), np.sort(perm[n_val:])
+        train_haps = np.stack([2 * train, 2 * train + 1], axis=1).ravel()
+        reference = self.reference_[:, train_haps]
+        truth_alleles = self.reference_.reshape(len(self.typed_), n_samples, 2)[:, val].astype(np.int8)
+        alleles = np.where(self.typed_[:, None, None], truth_alleles, -1).astype(np.int8)
+        unphased = self.unphased == "phase"
+        if unphased:
+            alleles = np.sort(alleles, axis=2)
+        phased = np.full(alleles.shape[:2], not unphased)
+        windows = [self.windows_[i] for i in np.sort(rng.permutation(len(self.windows_))[:4])]
+        truth = np.concatenate(
+            [truth_alleles[w.targets[w.targets >= 0]].sum(axis=2).ravel() for w in windows]
+        ).astype(np.float64)
+        # phased once, at ne = 1e5 (the phase depends little on it), then copied at each ne
+        queries = []
+        for k, w in enumerate(windows):
+            haps = alleles.reshape(len(self.typed_), -1)
+            if unphased:
+                middle = dataclasses.replace(settings, ne=1e5)
+                used, window_haps = phase_window_inputs(
+                    reference, self.cm_, w, alleles, phased, middle, np.random.default_rng(k)
+                )
+                haps = haps.copy()
+                haps[used] = window_haps.reshape(-1, len(used)).T
+            queries.append(haps)
+        scores: dict[float, float] = {}
+
+        def score(ne: float) -> float:
+            if ne not in scores:
+                trial = dataclasses.replace(settings, ne=ne)
+                preds = []
+                for w, haps in zip(windows, queries):
+                    p = copy_window(reference, self.cm_, w, haps, trial)[0][:, w.targets >= 0]  # (2n, t)
+                    preds.append(p.reshape(n_val, 2, -1).sum(axis=1).T.ravel())
+                scores[ne] = _pearson_r2(truth, np.concatenate(preds))
+            return scores[ne]
+
+        best = max(NE_GRID, key=score)  # decades, then the half-decades either side of the best
+        best = max((best / 10**0.5, best, best * 10**0.5), key=score)
+        listed = ", ".join(f"{ne:.3g}: {r2:.4f}" for ne, r2 in sorted(scores.items()))
+        self._say(f"copying: ne={best:.3g} (held-out dosage r2 by ne: {listed})")
+        return best
 
     def _predict_window(
         self, index: int, window: Window, haps: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """``(target ALT probabilities (n_haps, target_slots), input ALT probabilities or None)``."""
         spec = self.spec
+        if self.model == COPYING:
+            return self._predict_copying(window, haps)
         q_in_bits = gather_bits(haps, window.inputs)  # (n_q, input_slots), -1 missing
         if self.model in BASELINES:
             r_in = gather_bits(self.reference_, window.inputs)
@@ -488,6 +604,8 @@ class GenotypeImputer:
             "max_steps",
             "knn_neighbors",
             "unphased",
+            "genetic_map",
+            "copying",
             "model_options",
             "train_options",
             "device",
@@ -512,7 +630,10 @@ class GenotypeImputer:
         s = self.sites_
         meta = {
             "format_version": FORMAT_VERSION,
-            "params": self.get_params(),
+            "params": {
+                **self.get_params(),
+                "genetic_map": None if self.genetic_map is None else str(self.genetic_map),
+            },
             "sites": {
                 "chrom": s.chrom.tolist(),
                 "pos": s.pos.tolist(),
@@ -524,6 +645,8 @@ class GenotypeImputer:
             "typed": self.typed_.tolist(),
             "modelled": self.modelled_.tolist(),
             "alt_frequency": self.alt_frequency_.tolist(),
+            "genetic_cm": self.cm_.tolist(),
+            "copying_fitted": dataclasses.asdict(self.copying_),
             "windows": [w.to_dict() for w in self.windows_],
             "neighbors": getattr(self, "neighbors_", None),
             "fit_seconds": self.fit_seconds_,
@@ -549,6 +672,7 @@ class GenotypeImputer:
             meta = meta if isinstance(meta, dict) else {}
             raise ModelFileError(f"{meta_file}: unsupported imputer format {meta.get('format_version')!r}")
         params = dict(meta["params"])
+        params["genetic_map"] = None  # the map was read at fit time; its positions are saved
         # a model saved on a GPU loads on a machine without one
         params["device"] = device if device is not None else available_device(str(params["device"]))
         imp = cls(**params)
@@ -559,6 +683,13 @@ class GenotypeImputer:
         imp.modelled_ = np.asarray(meta["modelled"], dtype=bool)
         imp.alt_frequency_ = np.asarray(meta["alt_frequency"], dtype=np.float64)
         imp.windows_ = [Window.from_dict(w) for w in meta["windows"]]
+        imp.copying_ = CopyingSettings(**meta.get("copying_fitted", {}))
+        cm = meta.get("genetic_cm")  # absent in files of older versions: 1 cM per Mb
+        imp.cm_ = (
+            np.asarray(cm, dtype=np.float64)
+            if cm is not None
+            else genetic_positions(imp.sites_.chrom, imp.sites_.pos, None)
+        )
         imp.fit_seconds_ = meta["fit_seconds"]
         if meta["neighbors"] is not None:
             imp.neighbors_ = int(meta["neighbors"])

@@ -75,6 +75,6 @@ def check_phased(
         who = samples[k] if samples is not None else f"#{k}"
         raise ValueError(
             f"{int(bad.sum())} unphased heterozygous target genotype(s) at typed sites, e.g. sample {who} "
-            f"at {sites.label(i)}; phase the targets first (Beagle, SHAPEIT, Eagle) or use "
-            "unphased='match' (--unphased match)"
+            f"at {sites.label(i)}; let the imputer phase them (unphased='phase', --unphased phase, the "
+            "default) or phase the targets first (Beagle, SHAPEIT, Eagle)"
         )

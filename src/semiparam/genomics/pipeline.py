@@ -244,7 +244,8 @@ def impute_vcf(
 
     t0 = time.perf_counter()
     dr2 = dosage_r2_estimate(probs.reshape(len(panel_sites), -1))
-    all_phased = bool(aligned.phased[aligned.typed].all())
+    # inputs phased by the diploid copying model are kept in phase across windows: phased output
+    all_phased = bool(aligned.phased[aligned.typed].all()) or imp.unphased == "phase"
     out = Path(out)
     write_imputed_vcf(
         out,

@@ -1,0 +1,448 @@
+"""Haplotype copying: the semi-parametric imputer that attends to the reference haplotypes which
+match a target locally (Li and Stephens 2003, the model inside Beagle, IMPUTE and minimac).
+
+A target haplotype is modelled as a mosaic of reference haplotypes: a hidden state says which of
+the ``K`` reference haplotypes it copies at each typed site, the copied haplotype switches between
+neighbouring typed sites with probability ``rho = 1 - exp(-4 ne d / K)`` (``d``: genetic distance in
+Morgans), and an allele is emitted with mismatch probability ``error``. The posterior over states
+at a typed site is an attention distribution over the reference rows, sharpened by every typed
+site of the window through the forward-backward recursions instead of by one dot product; an
+untyped site is the posterior-weighted mean of the reference alleles there, with posteriors
+interpolated linearly in genetic distance between the flanking typed sites (Beagle's rule).
+
+Unphased targets are phased first, per window: a diploid copying model whose states are ordered
+pairs of reference haplotypes, restricted to the ``n_candidates`` haplotypes that contradict the
+fewest homozygous calls of the sample in the window, decoded by Viterbi; the decoded pair fixes the
+phase of every heterozygous call (phased calls keep theirs). Each phased haplotype then copies
+from the whole panel. Consecutive windows are put in phase with each other by the heterozygous
+inputs they share (:func:`align_phase`).
+
+NOTE[DIFF]: not in the SPIN paper, whose genomics models are the table transformers alone. The
+issue asks for a haplotype-copying component next to the learned model; this is it, and it is the
+imputer's default because it alone reaches Beagle's accuracy within a CPU budget
+(``benchmarks/results/genomics.md``).
+"""
+
+from __future__ import annotations
+
+import gzip
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .._config import ConfigError
+from .windows import Window
+
+CM_PER_BP_DEFAULT = 1e-6  # 1 cM per Mb where no genetic map is given (Beagle's rule too)
+# ne values tried at fit time on held-out reference samples when none is given (then the
+# half-decades either side of the best)
+NE_GRID = (1e3, 1e4, 1e5, 1e6, 1e7)
+
+
+@dataclass(frozen=True)
+class CopyingSettings:
+    """``ne``: effective population size of the switch rate; ``error``: allele mismatch
+    probability; ``n_candidates``: reference haplotypes per sample in the diploid phasing model;
+    ``refinements``: phasing passes after the first, each with candidates near the last decoding."""
+
+    ne: float | None = None  # None: picked at fit time from NE_GRID
+    error: float = 1e-3
+    n_candidates: int = 40
+    refinements: int = 1
+
+    def __post_init__(self) -> None:
+        if self.refinements < 0:
+            raise ConfigError(f"copying refinements must be >= 0, got {self.refinements}")
+        if self.ne is not None and not self.ne > 0:
+            raise ConfigError(f"copying ne must be > 0, got {self.ne}")
+        if not 0 < self.error < 0.5:
+            raise ConfigError(f"copying error must be in (0, 0.5), got {self.error}")
+        if self.n_candidates < 2:
+            raise ConfigError(f"copying n_candidates must be >= 2, got {self.n_candidates}")
+
+
+# -- genetic map -------------------------------------------------------------------------------
+def read_genetic_map(path: str | Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """A genetic map by contig: ``{chrom: (bp, cM)}`` sorted by bp.
+
+    Reads PLINK ``.map`` (``chrom id cM bp``, Beagle's ``map=``) and the SHAPEIT/Eagle format
+    (header ``pos chr cM``), plain or gzipped; the format is told by the header and column count.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"genetic map {path} does not exist")
+    opener = gzip.open if path.name.endswith(".gz") else open
+    rows: dict[str, list[tuple[int, float]]] = {}
+    with opener(path, "rt") as f:  # type: ignore[operator]
+        for n, line in enumerate(f, 1):
+            parts = line.split()
+            if not parts or parts[0].startswith("#"):
+                continue
+            if n == 1 and parts[:3] == ["pos", "chr", "cM"]:
+                continue
+            try:
+                if len(parts) == 4:  # PLINK: chrom id cM bp
+                    chrom, cm, bp = parts[0], float(parts[2]), int(parts[3])
+                elif len(parts) == 3:  # SHAPEIT: pos chr cM
+                    bp, chrom, cm = int(parts[0]), parts[1], float(parts[2])
+                else:
+                    raise ValueError
+            except ValueError:
+                raise ValueError(
+                    f"{path}:{n}: not a genetic map line (PLINK 'chrom id cM bp' or SHAPEIT 'pos chr cM'): "
+                    f"{line.strip()[:80]!r}"
+                ) from None
+            rows.setdefault(chrom, []).append((bp, cm))
+    if not rows:
+        raise ValueError(f"genetic map {path} has no positions")
+    out = {}
+    for chrom, pairs in rows.items():
+        a = np.array(sorted(pairs), dtype=np.float64)
+        out[chrom] = (a[:, 0], a[:, 1])
+    return out
+
+
+def genetic_positions(
+    chrom: np.ndarray, pos: np.ndarray, genetic_map: dict[str, tuple[np.ndarray, np.ndarray]] | None
+) -> np.ndarray:
+    """cM of each site: interpolated in ``genetic_map`` (beyond its ends, extended at 1 cM/Mb);
+    1 cM/Mb on contigs the map lacks or with no map."""
+    out = pos.astype(np.float64) * CM_PER_BP_DEFAULT
+    if genetic_map is None:
+        return out
+    for contig in dict.fromkeys(chrom.tolist()):
+        entry = genetic_map.get(str(contig)) or genetic_map.get(str(contig).removeprefix("chr"))
+        if entry is None:
+            continue
+        bp, cm = entry
+        on = chrom == contig
+        p = pos[on].astype(np.float64)
+        g = np.interp(p, bp, cm)
+        g = np.where(p < bp[0], cm[0] - (bp[0] - p) * CM_PER_BP_DEFAULT, g)
+        g = np.where(p > bp[-1], cm[-1] + (p - bp[-1]) * CM_PER_BP_DEFAULT, g)
+        out[on] = g
+    return out
+
+
+def switch_probabilities(cm: np.ndarray, n_ref: int, ne: float) -> np.ndarray:
+    """``rho`` between consecutive typed sites at genetic positions ``cm`` (len - 1 values)."""
+    morgans = np.maximum(np.diff(cm), 0.0) / 100.0
+    return (-np.expm1(-4.0 * ne * morgans / n_ref)).clip(1e-12, 1.0)
+
+
+# -- haploid copying ---------------------------------------------------------------------------
+def haploid_posteriors(
+    queries: np.ndarray, reference: np.ndarray, rho: np.ndarray, error: float
+) -> np.ndarray:
+    """Posterior of the copied reference haplotype at every typed site.
+
+    ``queries (n_q, s)`` 0/1 (-1 missing: uninformative), ``reference (s, K)`` 0/1, ``rho (s - 1,)``.
+    Returns ``(s, n_q, K)`` float32, each ``[t, q]`` summing to 1.
+    """
+    n_q, s = queries.shape
+    k = reference.shape[1]
+    # emission rows by observed allele: table[t, 0] for a REF query, [t, 1] for ALT, [t, 2] missing
+    ref = reference.astype(bool)
+    table = np.empty((s, 3, k), dtype=np.float32)
+    table[:, 0] = np.where(ref, error, 1.0 - error)
+    table[:, 1] = np.where(ref, 1.0 - error, error)
+    table[:, 2] = 1.0
+    codes = np.where(queries < 0, 2, queries).astype(np.intp)  # (n_q, s)
+
+    def emission(t: int) -> np.ndarray:
+        return table[t][codes[:, t]]
+
+    forward = np.empty((s, n_q, k), dtype=np.float32)
+    a = emission(0)
+    a /= a.sum(axis=1, keepdims=True)
+    forward[0] = a
+    for t in range(1, s):
+        r = np.float32(rho[t - 1])
+        a = emission(t) * ((1.0 - r) * a + r / k)  # rows of a sum to 1
+        a /= a.sum(axis=1, keepdims=True)
+        forward[t] = a
+    b = np.ones((n_q, k), dtype=np.float32)
+    post = forward  # overwritten in place from the end
+    post[s - 1] = forward[s - 1]
+    for t in range(s - 2, -1, -1):
+        r = np.float32(rho[t])
+        eb = emission(t + 1) * b
+        b = (1.0 - r) * eb + r / k * eb.sum(axis=1, keepdims=True)
+        b /= b.max(axis=1, keepdims=True)
+        p = forward[t] * b
+        post[t] = p / p.sum(axis=1, keepdims=True)
+    return post
+
+
+def interpolate_sites(
+    posteriors: np.ndarray,
+    typed_cm: np.ndarray,
+    site_cm: np.ndarray,
+    site_alleles: np.ndarray,
+) -> np.ndarray:
+    """ALT probability at sites between (or beyond) the typed sites.
+
+    ``posteriors (s, n_q, K)`` at typed sites with genetic positions ``typed_cm (s,)`` (sorted),
+    ``site_cm (m,)``, ``site_alleles (m, K)`` the reference alleles there. Returns ``(n_q, m)``:
+    the state posterior interpolated linearly in cM between the flanking typed sites (the nearest
+    one beyond the ends), applied to the reference alleles.
+    """
+    s, n_q, _ = posteriors.shape
+    m = len(site_cm)
+    out = np.zeros((n_q, m), dtype=np.float64)
+    right = np.searchsorted(typed_cm, site_cm, side="right")  # first typed site after
+    left = np.clip(right - 1, 0, s - 1)
+    right = np.clip(right, 0, s - 1)
+    span = typed_cm[right] - typed_cm[left]
+    lam = np.where(span > 0, (site_cm - typed_cm[left]) / np.where(span > 0, span, 1.0), 0.0).clip(0, 1)
+    alleles = site_alleles.astype(np.float32)
+    for key in np.unique(np.stack([left, right], axis=1), axis=0):
+        lo, hi = int(key[0]), int(key[1])
+        cols = np.flatnonzero((left == lo) & (right == hi))
+        a = alleles[cols].T  # (K, c)
+        p_lo = posteriors[lo] @ a  # (n_q, c)
+        if hi == lo:
+            out[:, cols] = p_lo
+        else:
+            p_hi = posteriors[hi] @ a
+            out[:, cols] = (1.0 - lam[cols]) * p_lo + lam[cols] * p_hi
+    return out.clip(0.0, 1.0)
+
+
+def copy_window(
+    reference: np.ndarray,
+    cm: np.ndarray,
+    window: Window,
+    haps: np.ndarray,
+    settings: CopyingSettings,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Impute one window by copying. ``reference (n_sites, K)`` 0/1 and ``cm (n_sites,)`` over the
+    panel's sites, ``haps (n_sites, n_q)`` the query haplotypes (0/1, -1 unknown; phased).
+    Returns ``(target ALT probabilities (n_q, target_slots), input ALT probabilities
+    (n_q, input_slots) or None when no input is missing)``; padding slots are 0."""
+    used_slots = np.flatnonzero(window.inputs >= 0)
+    used = window.inputs[used_slots]
+    ref_in = reference[used]  # (s, K)
+    n_ref = ref_in.shape[1]
+    rho = switch_probabilities(cm[used], n_ref, settings.ne)
+    queries = haps[used].T  # (n_q, s)
+    real = np.flatnonzero(window.targets >= 0)
+    t_sites = window.targets[real]
+    n_q = queries.shape[0]
+    target_p = np.zeros((n_q, len(window.targets)), dtype=np.float64)
+    missing = (queries < 0).any(axis=0)
+    input_p = np.zeros((n_q, len(window.inputs)), dtype=np.float64) if missing.any() else None
+    chunk = max(1, (1 << 24) // max(1, len(used) * n_ref))  # about 64 MiB of posteriors
+    ref_f = ref_in.astype(np.float32)
+    for lo in range(0, n_q, chunk):
+        rows = slice(lo, min(n_q, lo + chunk))
+        post = haploid_posteriors(queries[rows], ref_in, rho, settings.error)
+        target_p[rows, real] = interpolate_sites(post, cm[used], cm[t_sites], reference[t_sites])
+        if input_p is not None:
+            input_p[rows, used_slots] = np.einsum("sqk,sk->qs", post, ref_f)
+    return target_p, input_p
+
+
+# -- diploid phasing ---------------------------------------------------------------------------
+def phase_diploid(
+    genotypes: np.ndarray,
+    phased: np.ndarray,
+    reference: np.ndarray,
+    rho: np.ndarray,
+    settings: CopyingSettings,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Phase one window's typed genotypes by Viterbi decoding of a diploid copying model.
+
+    ``genotypes (n, s, 2)`` int8 (-1 missing), ``phased (n, s)`` bool, ``reference (s, K)`` 0/1,
+    ``rho (s - 1,)``. Returns ``(n, 2, s)`` int8 haplotypes (-1 where the genotype is missing).
+    States are ordered pairs ``(i, j)`` of ``L = n_candidates`` candidate haplotypes; both copy
+    independently, so one step of the recursion costs O(L^2). A phased call is emitted per
+    haplotype, an unphased one as the allele count. Candidates: first the haplotypes that
+    contradict the fewest homozygous calls; then, for ``settings.refinements`` more passes, the
+    ``L / 2`` haplotypes nearest to each of the two haplotypes the previous pass decoded.
+    """
+    n, s, _ = genotypes.shape
+    k = reference.shape[1]
+    a, b = genotypes[..., 0].astype(np.int64), genotypes[..., 1].astype(np.int64)
+    observed = (a >= 0) & (b >= 0)
+    out = np.transpose(genotypes, (0, 2, 1)).astype(np.int8).copy()
+    het_unphased = observed & (a != b) & ~phased
+    todo = np.flatnonzero(het_unphased.any(axis=1))
+    if len(todo) == 0:
+        return out
+    ref = reference.astype(np.float32)  # (s, K)
+    dose = np.where(observed, a + b, -1)
+    n_cand = min(settings.n_candidates, k)
+    obs = observed[todo].astype(np.float32)  # (t, s)
+    hom0 = (dose[todo] == 0).astype(np.float32)
+    hom2 = (dose[todo] == 2).astype(np.float32)
+    score = hom0 @ ref + hom2 @ (1.0 - ref)  # contradicted homozygous calls (t, K)
+    cand = _lowest(score + rng.random(score.shape, dtype=np.float32) * 0.5, n_cand)
+    for _ in range(1 + settings.refinements):
+        decoded = _decode_pairs(todo, cand, ref, dose, a, b, phased, observed, het_unphased, settings, rho)
+        out[todo] = decoded
+        if n_cand >= k:
+            break
+        # the next candidates: the haplotypes nearest to each decoded haplotype (Hamming distance
+        # at observed sites), half for each
+        near = []
+        for h in range(2):
+            x = np.clip(decoded[:, h], 0, 1).astype(np.float32) * obs
+            dist = x.sum(1, keepdims=True) + obs @ ref - 2.0 * (x @ ref)  # (t, K)
+            near.append(dist + rng.random(dist.shape, dtype=np.float32) * 0.5)
+        half = max(1, n_cand // 2)
+        first = _lowest(near[0], half)
+        # the second half avoids the first's haplotypes
+        masked = near[1].copy()
+        np.put_along_axis(masked, first, np.inf, axis=1)
+        cand = np.concatenate([first, _lowest(masked, n_cand - half)], axis=1)
+    out[~np.broadcast_to(observed[:, None, :], out.shape)] = -1
+    return out
+
+
+def phase_window_inputs(
+    reference: np.ndarray,
+    cm: np.ndarray,
+    window: Window,
+    alleles: np.ndarray,
+    phased: np.ndarray,
+    settings: CopyingSettings,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`phase_diploid` on the typed inputs of ``window``. ``reference (n_sites, K)``, ``cm``,
+    ``alleles (n_sites, n, 2)``, ``phased (n_sites, n)`` over the panel's sites. Returns the
+    window's typed sites and ``(n, 2, n_used)`` phased haplotypes there."""
+    used = window.inputs[window.inputs >= 0]
+    rho = switch_probabilities(cm[used], reference.shape[1], settings.ne)
+    geno = np.transpose(alleles[used], (1, 0, 2))
+    return used, phase_diploid(geno, phased[used].T, reference[used], rho, settings, rng)
+
+
+def _lowest(score: np.ndarray, m: int) -> np.ndarray:
+    """Column indices of the ``m`` lowest values of each row."""
+    return np.argpartition(score, m - 1, axis=1)[:, :m]
+
+
+def _decode_pairs(
+    todo: np.ndarray,
+    cand: np.ndarray,
+    ref: np.ndarray,
+    dose: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    phased: np.ndarray,
+    observed: np.ndarray,
+    het_unphased: np.ndarray,
+    settings: CopyingSettings,
+    rho: np.ndarray,
+) -> np.ndarray:
+    """The samples ``todo`` phased by the Viterbi path over pairs of their candidates ``cand``:
+    ``(len(todo), 2, s)`` int8."""
+    n_cand = cand.shape[1]
+    s = ref.shape[0]
+    log_match, log_miss = np.log1p(-settings.error), np.log(settings.error)
+    out = np.empty((len(todo), 2, s), dtype=np.int8)
+    for chunk in np.array_split(np.arange(len(todo)), max(1, len(todo) // 32)):
+        rows = todo[chunk]
+        h = np.transpose(ref[:, cand[chunk]], (1, 0, 2))  # (c, s, L): candidate alleles
+        hi, hj = h[:, :, :, None], h[:, :, None, :]
+        d = dose[rows][:, :, None, None]
+        ph = (phased[rows] & observed[rows])[:, :, None, None]
+        first, second = a[rows][:, :, None, None], b[rows][:, :, None, None]
+        match = np.where(ph, (hi == first) & (hj == second), (hi + hj) == d)
+        log_e = np.where(match, log_match, log_miss).astype(np.float32)
+        log_e[~observed[rows]] = 0.0
+        path_i, path_j = _viterbi_pairs(log_e, rho, n_cand)
+        pick = np.arange(len(chunk))[:, None]
+        sites = np.arange(s)[None, :]
+        allele_i = h[pick, sites, path_i]  # (c, s)
+        allele_j = h[pick, sites, path_j]
+        hets = het_unphased[rows]
+        # hap 0 takes the allele its copied haplotype carries; where both copies agree (a
+        # mismatch of the model), the heterozygote keeps the written order
+        swap = hets & (allele_i != allele_j) & (allele_i != a[rows])
+        out[chunk, 0] = np.where(swap, b[rows], a[rows])
+        out[chunk, 1] = np.where(swap, a[rows], b[rows])
+    return out
+
+
+def _viterbi_pairs(log_e: np.ndarray, rho: np.ndarray, n_cand: int) -> tuple[np.ndarray, np.ndarray]:
+    """Most probable path of ordered candidate pairs. ``log_e (c, s, L, L)`` log emissions.
+    Returns ``(path_i, path_j)``, each ``(c, s)`` candidate indices."""
+    c, s, L, _ = log_e.shape
+    delta = log_e[:, 0] - 2 * np.log(L)
+    # back pointers: kind (0 stay, 1 switch j, 2 switch i, 3 switch both) and the argmaxes used
+    kind = np.zeros((s, c, L, L), dtype=np.int8)
+    arg_row = np.zeros((s, c, L), dtype=np.int64)  # argmax over j of delta[i, :]
+    arg_col = np.zeros((s, c, L), dtype=np.int64)  # argmax over i of delta[:, j]
+    arg_all = np.zeros((s, c), dtype=np.int64)
+    idx = np.arange(c)
+    for t in range(1, s):
+        r = float(rho[t - 1])
+        stay = np.log1p(-r + r / L)
+        move = np.log(r / L)
+        arg_row[t] = delta.argmax(axis=2)
+        arg_col[t] = delta.argmax(axis=1)
+        flat = delta.reshape(c, -1).argmax(axis=1)
+        arg_all[t] = flat
+        row_max = np.take_along_axis(delta, arg_row[t][:, :, None], axis=2)  # (c, L, 1)
+        col_max = np.take_along_axis(delta, arg_col[t][:, None, :], axis=1)  # (c, 1, L)
+        all_max = delta.reshape(c, -1)[idx, flat][:, None, None]
+        options = np.stack(
+            [
+                delta + 2 * stay,
+                np.broadcast_to(row_max + stay + move, delta.shape),
+                np.broadcast_to(col_max + stay + move, delta.shape),
+                np.broadcast_to(all_max + 2 * move, delta.shape),
+            ]
+        )  # (4, c, L, L)
+        kind[t] = options.argmax(axis=0)
+        delta = options.max(axis=0) + log_e[:, t]
+        delta -= delta.reshape(c, -1).max(axis=1)[:, None, None]
+    path_i = np.zeros((c, s), dtype=np.int64)
+    path_j = np.zeros((c, s), dtype=np.int64)
+    flat = delta.reshape(c, -1).argmax(axis=1)
+    i, j = flat // L, flat % L
+    for t in range(s - 1, -1, -1):
+        path_i[:, t], path_j[:, t] = i, j
+        if t == 0:
+            break
+        k = kind[t, idx, i, j]
+        prev_i, prev_j = i.copy(), j.copy()
+        # switch of j only: i stays, j was argmax of row i
+        sel = k == 1
+        prev_j[sel] = arg_row[t][idx[sel], i[sel]]
+        sel = k == 2
+        prev_i[sel] = arg_col[t][idx[sel], j[sel]]
+        sel = k == 3
+        prev_i[sel], prev_j[sel] = arg_all[t][sel] // L, arg_all[t][sel] % L
+        i, j = prev_i, prev_j
+    return path_i, path_j
+
+
+def align_phase(previous: np.ndarray, current: np.ndarray) -> np.ndarray:
+    """Whether to swap each sample's two haplotypes so ``current`` agrees with ``previous`` at the
+    heterozygous sites both windows phased. ``previous``, ``current (n, 2, s)`` on the same sites
+    (-1 missing). Returns ``(n,)`` bool."""
+    het = (previous[:, 0] >= 0) & (previous[:, 0] != previous[:, 1]) & (current[:, 0] != current[:, 1])
+    het &= current[:, 0] >= 0
+    same = ((previous[:, 0] == current[:, 0]) & het).sum(axis=1)
+    flipped = ((previous[:, 0] == current[:, 1]) & het).sum(axis=1)
+    return flipped > same
+
+
+__all__ = [
+    "CopyingSettings",
+    "NE_GRID",
+    "align_phase",
+    "copy_window",
+    "genetic_positions",
+    "haploid_posteriors",
+    "interpolate_sites",
+    "phase_diploid",
+    "phase_window_inputs",
+    "read_genetic_map",
+    "switch_probabilities",
+]
