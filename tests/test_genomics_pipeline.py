@@ -226,6 +226,50 @@ def test_cli_imputes_a_vcf(vcf_files: dict[str, Path], tmp_path: Path, split: di
         assert f"number of records:\t{panel.n_sites}" in stats  # type: ignore[union-attr]
 
 
+def test_bcftools_reads_the_output(
+    vcf_files: dict[str, Path], tmp_path: Path, split: dict[str, object]
+) -> None:
+    """The bcftools that pysam bundles (htslib's own reader) views, queries and indexes our VCF."""
+    pysam = pytest.importorskip("pysam")
+    from pysam import bcftools
+
+    from semiparam.genomics import impute_vcf
+
+    out = tmp_path / "imputed.vcf.gz"
+    summary = impute_vcf(
+        vcf_files["ref"], vcf_files["target"], out, ap=True, n_inputs=10, window_targets=20, overlap=5
+    )
+    assert summary["index"] == str(out) + ".tbi" and Path(summary["index"]).exists()
+    panel = split["panel"]
+    n_sites = panel.n_sites  # type: ignore[union-attr]
+    body = bcftools.view("-H", str(out))
+    assert len(body.splitlines()) == n_sites
+    header = bcftools.view("-h", str(out))
+    for tag in (
+        "INFO=<ID=DR2",
+        "INFO=<ID=AF",
+        "INFO=<ID=IMP",
+        "FORMAT=<ID=GT",
+        "FORMAT=<ID=DS",
+        "FORMAT=<ID=GP",
+        "FORMAT=<ID=AP1",
+        "FORMAT=<ID=AP2",
+    ):
+        assert tag in header, tag
+    rows = bcftools.query("-f", "%POS\t%INFO/DR2\t%INFO/AF[\t%DS]\n", str(out)).splitlines()
+    assert len(rows) == n_sites
+    values = np.array([[float(x) for x in r.split("\t")] for r in rows])
+    np.testing.assert_array_equal(values[:, 0], panel.sites.pos)  # type: ignore[union-attr]
+    assert np.all((values[:, 3:] >= 0) & (values[:, 3:] <= 2))
+    np.testing.assert_allclose(values[:, 2], values[:, 3:].mean(axis=1) / 2, atol=2e-3)  # AF = mean DS / 2
+    # a region query through the index we wrote, and bcftools' own index of the same file
+    first, last = int(panel.sites.pos[0]), int(panel.sites.pos[9])  # type: ignore[union-attr]
+    assert len(bcftools.view("-H", "-r", f"20:{first}-{last}", str(out)).splitlines()) == 10
+    bcftools.index("-f", "-c", str(out))
+    assert (tmp_path / "imputed.vcf.gz.csi").exists()
+    assert pysam.VariantFile(str(out)).header.samples[0] == split["test"].samples[0]  # type: ignore[union-attr]
+
+
 def test_array_sites_file_restricts_the_inputs(vcf_files: dict[str, Path], tmp_path: Path) -> None:
     from semiparam.genomics import impute_vcf
 
@@ -331,3 +375,65 @@ def test_table_models_learn_to_impute(split: dict[str, object], model: str) -> N
         pytest.skip(f"{model} is not registered")
     imp = GenotypeImputer(model, max_steps=200, random_state=0, **TINY).fit(split["ref"], split["typed"])  # type: ignore[arg-type]
     assert _dosage_r2(split, imp.impute_haplotypes(_query(split))) > 0.3
+
+
+def _records(path: Path) -> list[str]:
+    return [line for line in cyvcf2_text(path).splitlines() if not line.startswith("#")]
+
+
+def test_a_killed_run_resumes_to_the_same_output(
+    vcf_files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from semiparam.genomics import impute_vcf
+
+    unphased = tmp_path / "unphased.vcf"
+    unphased.write_text(cyvcf2_text(vcf_files["target"]).replace("|", "/").replace("1/0", "0/1"))
+    shape = {"n_inputs": 10, "window_targets": 20, "overlap": 5}
+    whole = impute_vcf(vcf_files["ref"], unphased, tmp_path / "whole.vcf.gz", **shape)
+    assert whole["n_windows"] >= 4 and not (tmp_path / "whole.vcf.gz.partial").exists()
+
+    calls: list[int] = []
+    original = GenotypeImputer._predict_window
+
+    def dies_after_three(self: GenotypeImputer, index: int, *args: object) -> object:
+        calls.append(index)
+        if len(calls) > 3:
+            raise KeyboardInterrupt  # the run is killed here
+        return original(self, index, *args)  # type: ignore[arg-type]
+
+    out = tmp_path / "resumed.vcf.gz"
+    monkeypatch.setattr(GenotypeImputer, "_predict_window", dies_after_three)
+    with pytest.raises(KeyboardInterrupt):
+        impute_vcf(vcf_files["ref"], unphased, out, **shape)
+    partial = tmp_path / "resumed.vcf.gz.partial"
+    assert len(list(partial.glob("window_*.npz"))) == 3 and not out.exists()
+
+    calls.clear()
+    monkeypatch.setattr(GenotypeImputer, "_predict_window", original)
+    counted: list[int] = []
+
+    def counting(self: GenotypeImputer, index: int, *args: object) -> object:
+        counted.append(index)
+        return original(self, index, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(GenotypeImputer, "_predict_window", counting)
+    impute_vcf(vcf_files["ref"], unphased, out, resume=True, **shape)
+    assert counted == list(range(3, whole["n_windows"]))  # only the windows not finished before
+    assert _records(out) == _records(tmp_path / "whole.vcf.gz")
+    assert not partial.exists()
+
+    # windows of another run are refused, not mixed in
+    monkeypatch.setattr(GenotypeImputer, "_predict_window", dies_after_three)
+    calls.clear()
+    with pytest.raises(KeyboardInterrupt):
+        impute_vcf(vcf_files["ref"], unphased, tmp_path / "other.vcf.gz", **shape)
+    with pytest.raises(ValueError, match="holds windows of another run"):
+        impute_vcf(vcf_files["ref"], vcf_files["target"], tmp_path / "other.vcf.gz", resume=True, **shape)
+
+
+def test_threads_give_the_same_imputation(split: dict[str, object]) -> None:
+    test, typed = split["test"], split["typed"]
+    alleles = np.sort(np.where(typed[:, None, None], test.as_genotypes().alleles, -1), axis=2)  # type: ignore[index,union-attr]
+    phased = np.zeros(alleles.shape[:2], dtype=bool)
+    imp = GenotypeImputer(**TINY).fit(split["ref"], split["typed"])  # type: ignore[arg-type]
+    np.testing.assert_array_equal(imp.impute(alleles, phased, n_jobs=2), imp.impute(alleles, phased))

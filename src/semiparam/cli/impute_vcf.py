@@ -84,6 +84,14 @@ def add_impute_vcf_parser(sub: argparse._SubParsersAction) -> None:  # type: ign
     p.add_argument(
         "--ap", action="store_true", help="also write per-haplotype ALT probabilities (FORMAT AP1, AP2)"
     )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="reuse the windows that a killed run of the same command finished (<out>.partial/)",
+    )
+    p.add_argument(
+        "--threads", type=int, default=1, help="windows imputed at once, in threads (copy and knn; default 1)"
+    )
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quiet", action="store_true", help="no progress output")
@@ -125,6 +133,8 @@ def cmd_impute_vcf(args: argparse.Namespace) -> int:
             overwrite=args.force,
             index=not args.no_index,
             ap=args.ap,
+            resume=args.resume,
+            n_jobs=args.threads,
             log=log,
             model=args.model,
             mode=args.mode.replace("-", "_"),

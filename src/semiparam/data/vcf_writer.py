@@ -62,18 +62,16 @@ class VCFWriter:
 
 
 def index_vcf(path: str | Path) -> Path | None:
-    """Write a tabix index next to a bgzipped VCF with ``bcftools`` or ``tabix`` if either is on
-    PATH; returns the index path, or None when neither is installed."""
-    import shutil
-    import subprocess
-
+    """Write a tabix index (``.tbi``) next to a bgzipped VCF with pysam (htslib, in process);
+    returns the index path, or None when pysam is not installed (``pip install
+    'semiparam[genomics]'``)."""
+    try:
+        import pysam
+    except ModuleNotFoundError:
+        return None
     path = Path(path)
-    for tool, args in (("bcftools", ["index", "-f", "-t"]), ("tabix", ["-f", "-p", "vcf"])):
-        exe = shutil.which(tool)
-        if exe:
-            subprocess.run([exe, *args, str(path)], check=True, capture_output=True)
-            return Path(str(path) + ".tbi")
-    return None
+    pysam.tabix_index(str(path), preset="vcf", force=True, keep_original=True)
+    return Path(str(path) + ".tbi")
 
 
 GT_FORMAT_LINE = '##FORMAT=<ID=GT,Number=1,Type=String,Description="Genotype">'

@@ -39,11 +39,15 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import hashlib
 import json
 import math
+import os
+import shutil
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
@@ -398,18 +402,32 @@ class GenotypeImputer:
         return best
 
     # -- prediction -----------------------------------------------------------------------------
-    def impute(self, alleles: np.ndarray, phased: np.ndarray | None = None) -> np.ndarray:
+    def impute(
+        self,
+        alleles: np.ndarray,
+        phased: np.ndarray | None = None,
+        *,
+        checkpoint: str | Path | None = None,
+        n_jobs: int = 1,
+    ) -> np.ndarray:
         """ALT probability of each haplotype at every panel site.
 
         ``alleles (n_sites, n_samples, 2)`` int8 at the panel's sites: 0/1, -1 where unknown (untyped
         sites, missing genotypes). ``phased (n_sites, n_samples)`` bool, default all True. Returns
         ``(n_sites, n_samples, 2)`` float32; typed observed alleles are returned as they are.
+
+        ``checkpoint``: a directory where each finished window's result is written; a later call
+        with the same inputs and imputer reads the windows found there instead of computing them
+        again (a killed run resumes; one of other inputs raises). ``n_jobs``: windows computed at
+        once in threads ("copy" and "knn"; the table models run one window at a time).
         """
         self._check_fitted()
         alleles = np.asarray(alleles)
         n_sites = len(self.sites_)
         if alleles.ndim != 3 or alleles.shape[0] != n_sites or alleles.shape[2] != 2:
             raise ValueError(f"alleles must have shape ({n_sites}, n_samples, 2), got {alleles.shape}")
+        if n_jobs < 1:
+            raise ValueError(f"n_jobs must be >= 1, got {n_jobs}")
         n_samples = alleles.shape[1]
         if phased is None:
             phased = np.ones(alleles.shape[:2], dtype=bool)
@@ -427,33 +445,52 @@ class GenotypeImputer:
         typed_row[typed_idx] = np.arange(len(typed_idx))
         typed_sum = np.zeros((len(typed_idx), 2 * n_samples), dtype=np.float64)
         typed_count = np.zeros((len(typed_idx), 2 * n_samples), dtype=np.float64)
-        needs_phasing = unphased_het.any()
-        previous: tuple[np.ndarray, np.ndarray] | None = None  # last window's (sites, phased haps)
-        phased_haps = haps.copy() if needs_phasing else haps  # typed alleles as phased by the windows
-        for k, window in enumerate(self._progress(self.windows_, "imputing")):
-            q_haps = haps
+        needs_phasing = bool(unphased_het.any())
+        store = (
+            _WindowStore(Path(checkpoint), self._run_fingerprint(alleles, phased))
+            if checkpoint is not None
+            else None
+        )
+
+        def window_result(k: int) -> _WindowResult:
+            if store is not None and (done := store.load(k)) is not None:
+                return done
+            window = self.windows_[k]
+            q_haps, used, window_haps = haps, None, None
             if needs_phasing:
                 used, window_haps = self._phase_inputs(alleles, phased, window, k)
-                if previous is not None and self.windows_[k - 1].contig == window.contig:
-                    shared, i_prev, i_cur = np.intersect1d(previous[0], used, return_indices=True)
-                    if shared.size:
-                        swap = align_phase(previous[1][:, :, i_prev], window_haps[:, :, i_cur])
-                        window_haps[swap] = window_haps[swap][:, ::-1]
-                previous = (used, window_haps)
                 q_haps = haps.copy()
                 q_haps[used] = window_haps.reshape(-1, len(used)).T  # sample j -> columns 2j, 2j+1
-                phased_haps[used] = q_haps[used]
-            target_p, input_p = self._predict_window(k, window, q_haps)
-            real = window.targets >= 0
-            t_idx = window.targets[real]
-            w = window.target_weights[real]
-            total[t_idx] += w[:, None] * target_p[:, real].T
-            weight[t_idx] += w
-            if input_p is not None:
-                used = window.inputs >= 0
-                i_rows = typed_row[window.inputs[used]]
-                typed_sum[i_rows] += input_p[:, used].T
-                typed_count[i_rows] += 1.0
+            result = _WindowResult(*self._predict_window(k, window, q_haps), used, window_haps)
+            if store is not None:
+                store.save(k, result)
+            return result
+
+        previous: tuple[np.ndarray, np.ndarray] | None = None  # last window's (sites, phased haps)
+        phased_haps = haps.copy() if needs_phasing else haps  # typed alleles as phased by the windows
+        threads = n_jobs if self.model in BASELINES else 1
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            results = pool.map(window_result, range(len(self.windows_))) if threads > 1 else None
+            for k, window in enumerate(self._progress(self.windows_, "imputing")):
+                r = next(results) if results is not None else window_result(k)
+                if r.used is not None and r.window_haps is not None:
+                    # windows are phased on their own: put each in phase with the one before it
+                    if previous is not None and self.windows_[k - 1].contig == window.contig:
+                        shared, i_prev, i_cur = np.intersect1d(previous[0], r.used, return_indices=True)
+                        if shared.size:
+                            r.swap(align_phase(previous[1][:, :, i_prev], r.window_haps[:, :, i_cur]))
+                    previous = (r.used, r.window_haps)
+                    phased_haps[r.used] = r.window_haps.reshape(-1, len(r.used)).T
+                real = window.targets >= 0
+                t_idx = window.targets[real]
+                w = window.target_weights[real]
+                total[t_idx] += w[:, None] * r.target_p[:, real].T
+                weight[t_idx] += w
+                if r.input_p is not None:
+                    used = window.inputs >= 0
+                    i_rows = typed_row[window.inputs[used]]
+                    typed_sum[i_rows] += r.input_p[:, used].T
+                    typed_count[i_rows] += 1.0
         freq = self.alt_frequency_[:, None]
         out = np.where(weight[:, None] > 0, total / np.where(weight > 0, weight, 1.0)[:, None], freq)
         # typed sites: observed alleles; missing ones from the windows' reconstruction, else AF
@@ -461,6 +498,17 @@ class GenotypeImputer:
         filled = np.where(typed_count > 0, typed_sum / np.maximum(typed_count, 1.0), freq[typed_idx])
         out[typed_idx] = np.where(t_haps >= 0, t_haps.astype(np.float64), filled)
         return out.reshape(n_sites, n_samples, 2).astype(np.float32)
+
+    def _run_fingerprint(self, alleles: np.ndarray, phased: np.ndarray) -> str:
+        """What a window checkpoint must match: the inputs, the settings and the fitted state."""
+        h = hashlib.sha256()
+        for array in (alleles, phased, self.typed_, self.cm_):
+            h.update(np.ascontiguousarray(array).tobytes())
+        fitted = {"copying": dataclasses.asdict(self.copying_), "windows": len(self.windows_)}
+        h.update(json.dumps([self.get_params(), fitted], sort_keys=True, default=str).encode())
+        if self.learners_:
+            h.update(str(getattr(self, "fit_seconds_", "")).encode())  # one fitted model, not another
+        return h.hexdigest()[:32]
 
     def impute_haplotypes(self, haplotypes: np.ndarray) -> np.ndarray:
         """Phased convenience form: ``haplotypes (n_sites, n_haplotypes)`` (0/1, -1 unknown) ->
@@ -706,6 +754,71 @@ class GenotypeImputer:
             )
             imp.learners_ = [TableLearner.load(d, device=params["device"])[0] for d in dirs]
         return imp
+
+
+@dataclasses.dataclass
+class _WindowResult:
+    """One window's output before it is put in phase with its neighbours: ALT probabilities of the
+    targets ``(n_haps, target_slots)`` and of missing inputs (or None); with phasing, the typed
+    sites used and the window's phased haplotypes ``(n_samples, 2, n_used)``."""
+
+    target_p: np.ndarray
+    input_p: np.ndarray | None
+    used: np.ndarray | None = None
+    window_haps: np.ndarray | None = None
+
+    def swap(self, samples: np.ndarray) -> None:
+        """Exchange the two haplotypes of ``samples`` (bool per sample) in every array."""
+        if not samples.any():
+            return
+        assert self.window_haps is not None
+        self.window_haps[samples] = self.window_haps[samples][:, ::-1]
+        rows = np.repeat(samples, 2)
+        order = np.arange(len(rows)).reshape(-1, 2)[:, ::-1].ravel()  # 2j <-> 2j + 1
+        for name in ("target_p", "input_p"):
+            p = getattr(self, name)
+            if p is not None:
+                p[rows] = p[order][rows]
+
+
+class _WindowStore:
+    """Finished windows of one imputation run, one ``.npz`` each, under a directory that names the
+    run's fingerprint (``run.json``); written aside and renamed, so a killed run leaves whole files."""
+
+    def __init__(self, path: Path, fingerprint: str) -> None:
+        self.path = path
+        manifest = path / "run.json"
+        if manifest.exists():
+            found = read_json(manifest).get("fingerprint")
+            if found != fingerprint:
+                raise ValueError(
+                    f"{path} holds windows of another run (other targets, panel or settings); delete it "
+                    "or run without resuming"
+                )
+        else:
+            path.mkdir(parents=True, exist_ok=True)
+            manifest.write_text(json.dumps({"fingerprint": fingerprint}))
+
+    def _file(self, k: int) -> Path:
+        return self.path / f"window_{k:06d}.npz"
+
+    def load(self, k: int) -> _WindowResult | None:
+        if not self._file(k).exists():
+            return None
+        with np.load(self._file(k), allow_pickle=False) as z:
+            got = {name: z[name] for name in z.files}
+        return _WindowResult(
+            got["target_p"], got.get("input_p"), got.get("used"), got.get("window_haps")
+        )
+
+    def save(self, k: int, result: _WindowResult) -> None:
+        arrays = {n: v for n, v in dataclasses.asdict(result).items() if v is not None}
+        tmp = self.path / f".window_{k:06d}.{os.getpid()}.npz"
+        np.savez(tmp, **arrays)
+        tmp.replace(self._file(k))
+
+    def remove(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
 
 
 def _fit_window_files(imputer: GenotypeImputer, job: tuple[int, Window]) -> dict[str, bytes]:

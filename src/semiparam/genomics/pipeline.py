@@ -19,6 +19,7 @@ file) when given; every other panel site is imputed.
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -172,6 +173,8 @@ def impute_vcf(
     overwrite: bool = False,
     index: bool = True,
     ap: bool = False,
+    resume: bool = False,
+    n_jobs: int = 1,
     log: Callable[[str], None] | None = None,
     **imputer_params: Any,
 ) -> dict[str, Any]:
@@ -183,7 +186,10 @@ def impute_vcf(
     ``model_dir``: load a saved imputer instead of fitting (``reference`` may then be None).
     ``save_model``: save the fitted imputer there (an existing directory raises
     :class:`FileExistsError` before any work, unless ``overwrite``). ``ap``: also write each haplotype's ALT
-    probability (FORMAT AP1, AP2). Returns a summary dict.
+    probability (FORMAT AP1, AP2). ``resume``: reuse the windows a killed run of the same command
+    finished (kept in ``<out>.partial/`` until the output is written; without ``resume`` such a
+    directory is started afresh). ``n_jobs``: windows imputed at once (threads). Returns a summary
+    dict.
     """
     if save_model is not None and Path(save_model).exists() and not overwrite:
         raise FileExistsError(f"{save_model} already exists; pass overwrite=True (--force) to replace it")
@@ -239,7 +245,13 @@ def impute_vcf(
 
     t0 = time.perf_counter()
     say(f"imputing {len(aligned.samples)} samples over {len(imp.windows_)} windows ...")
-    probs = imp.impute(aligned.alleles, aligned.phased)
+    partial = Path(str(out) + ".partial")
+    if partial.exists() and not resume:
+        say(f"{partial} holds windows of an earlier run; starting afresh (--resume reuses them)")
+        shutil.rmtree(partial)
+    elif partial.exists():
+        say(f"resuming from {partial}")
+    probs = imp.impute(aligned.alleles, aligned.phased, checkpoint=partial, n_jobs=n_jobs)
     timings["impute_seconds"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -262,6 +274,7 @@ def impute_vcf(
     index_path = None
     if index and out.name.endswith(".gz"):
         index_path = index_vcf(out)
+    shutil.rmtree(partial, ignore_errors=True)  # the output is whole: its windows are no longer needed
     timings["write_seconds"] = time.perf_counter() - t0
     timings["total_seconds"] = time.perf_counter() - start
 
@@ -295,7 +308,7 @@ def impute_vcf(
         + (
             ""
             if index_path or not out.name.endswith(".gz") or not index
-            else "; no index (bcftools/tabix not found)"
+            else "; no index (pysam not installed)"
         )
     )
     return summary
