@@ -437,3 +437,34 @@ def test_threads_give_the_same_imputation(split: dict[str, object]) -> None:
     phased = np.zeros(alleles.shape[:2], dtype=bool)
     imp = GenotypeImputer(**TINY).fit(split["ref"], split["typed"])  # type: ignore[arg-type]
     np.testing.assert_array_equal(imp.impute(alleles, phased, n_jobs=2), imp.impute(alleles, phased))
+
+
+def test_fit_panel_once_then_impute_target_files(vcf_files: dict[str, Path], tmp_path: Path) -> None:
+    from semiparam.cli.main import main
+    from semiparam.genomics import fit_panel, impute_vcf
+
+    shape = ["--n-inputs", "10", "--window-targets", "20", "--overlap", "5"]
+    panel = tmp_path / "panel"
+    assert main(["fit-panel", str(vcf_files["ref"]), "--out", str(panel), "--quiet", *shape]) == 0
+    assert (panel / "imputer.json").exists() and (panel / "fit_summary.json").exists()
+    direct = tmp_path / "direct.vcf.gz"
+    via_panel = tmp_path / "via_panel.vcf.gz"
+    impute_vcf(vcf_files["ref"], vcf_files["target"], direct, n_inputs=10, window_targets=20, overlap=5)
+    code = main(
+        [
+            "impute-vcf",
+            "--panel",
+            str(panel),
+            "--target",
+            str(vcf_files["target"]),
+            "--out",
+            str(via_panel),
+            "--quiet",
+        ]
+    )
+    assert code == 0
+    assert _records(via_panel) == _records(direct)  # the same imputation, without reading the panel's VCF
+    with pytest.raises(ValueError, match="only 'copy' and 'knn' fit a panel alone"):
+        fit_panel(vcf_files["ref"], tmp_path / "spin_panel", model="spin")
+    with pytest.raises(FileExistsError):
+        fit_panel(vcf_files["ref"], panel)

@@ -78,7 +78,12 @@ def add_impute_vcf_parser(sub: argparse._SubParsersAction) -> None:  # type: ign
     p.add_argument(
         "--force", action="store_true", help="replace an existing --out file or --save-model directory"
     )
-    p.add_argument("--model-dir", help="use a saved imputer instead of training (then --ref is not needed)")
+    p.add_argument(
+        "--panel",
+        "--model-dir",
+        dest="model_dir",
+        help="a panel saved by `semiparam fit-panel` or --save-model, used instead of --ref",
+    )
     p.add_argument("--summary", help="write the run summary as JSON here (default: <out>.summary.json)")
     p.add_argument("--no-index", action="store_true", help="do not write a .tbi index")
     p.add_argument(
@@ -99,6 +104,69 @@ def add_impute_vcf_parser(sub: argparse._SubParsersAction) -> None:  # type: ign
 
     ray_options(p, "the per-window models")
     p.set_defaults(func=cmd_impute_vcf)
+
+
+def add_fit_panel_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "fit-panel",
+        help="fit an imputer on a reference panel once, for `impute-vcf --panel`",
+        description="Fit an imputer on a phased reference panel and save it; `semiparam impute-vcf "
+        "--panel DIR --target T.vcf.gz --out O.vcf.gz` then imputes target files without reading the "
+        "panel's VCF again.",
+    )
+    p.add_argument("ref", help="phased reference panel (VCF, VCF.gz or BCF)")
+    p.add_argument("--out", required=True, help="directory to write")
+    p.add_argument(
+        "--model", default="copy", help="copy (default) | knn | spin | npt (these need --array-sites)"
+    )
+    p.add_argument(
+        "--array-sites", help="typed array positions ('chrom pos' per line); needed by table models"
+    )
+    p.add_argument("--map", dest="genetic_map", help="genetic map (PLINK or SHAPEIT format); default 1 cM/Mb")
+    p.add_argument("--region", help="chrom:start-end to read (needs an index)")
+    p.add_argument("--mode", default="per-window", choices=["per-window", "shared"])
+    p.add_argument("--preset", default="cpu", help="cpu | paper16 | paper64")
+    p.add_argument("--steps", type=int, help="training steps of a table model")
+    p.add_argument("--n-inputs", type=int, default=150, help="typed sites per window (default 150)")
+    p.add_argument("--window-targets", type=int, default=100, help="untyped sites per window (default 100)")
+    p.add_argument("--overlap", type=int, default=20, help="untyped sites shared by consecutive windows")
+    p.add_argument("--force", action="store_true", help="replace an existing --out directory")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.set_defaults(func=cmd_fit_panel)
+
+
+def cmd_fit_panel(args: argparse.Namespace) -> int:
+    from ..genomics import fit_panel
+    from .main import check_writable
+
+    check_writable(args.out, args.force)
+    start = time.perf_counter()
+
+    def log(message: str) -> None:
+        if not args.quiet:
+            print(f"[{time.perf_counter() - start:7.1f}s] {message}", file=sys.stderr, flush=True)
+
+    summary = fit_panel(
+        args.ref,
+        args.out,
+        array_sites=args.array_sites,
+        region=args.region,
+        overwrite=args.force,
+        log=log,
+        model=args.model,
+        mode=args.mode.replace("-", "_"),
+        preset=args.preset,
+        max_steps=args.steps,
+        n_inputs=args.n_inputs,
+        window_targets=args.window_targets,
+        overlap=args.overlap,
+        genetic_map=args.genetic_map,
+        random_state=args.seed,
+        verbose=False if args.quiet else None,
+    )
+    (Path(args.out) / "fit_summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    return 0
 
 
 def cmd_impute_vcf(args: argparse.Namespace) -> int:

@@ -329,9 +329,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_analyze_parsers(sub)
 
-    from .impute_vcf import add_impute_vcf_parser  # the logic lives in semiparam.genomics
+    from .impute_vcf import add_fit_panel_parser, add_impute_vcf_parser  # logic: semiparam.genomics
 
     add_impute_vcf_parser(sub)
+    add_fit_panel_parser(sub)
 
     from .np_cli import add_np_parsers  # np-fit, np-predict: neural processes on CSV series
 

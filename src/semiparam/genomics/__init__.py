@@ -1,13 +1,15 @@
-"""Genotype imputation from VCF with table models (SPIN, NPT) and a nearest-haplotype baseline.
+"""Genotype imputation from VCF: haplotype copying (the default), table models (SPIN, NPT) and a
+nearest-haplotype baseline.
 
     from semiparam.genomics import GenotypeImputer, impute_vcf
-    summary = impute_vcf("ref.vcf.gz", "target.vcf.gz", "imputed.vcf.gz", model="spin")
+    summary = impute_vcf("ref.vcf.gz", "target.vcf.gz", "imputed.vcf.gz")  # model="copy"
 
 VCF input/output needs the ``genomics`` extra (``pip install 'semiparam[genomics]'``, cyvcf2).
 """
 
 from ..data.vcf import read_positions, read_reference_panel, read_vcf
 from ..data.vcf_writer import write_genotypes_vcf
+from .copying import CopyingSettings, read_genetic_map
 from .imputer import GenotypeImputer
 from .metrics import (
     dosage_r2_estimate,
@@ -18,7 +20,7 @@ from .metrics import (
     r2_by_maf,
 )
 from .phasing import phase_window
-from .pipeline import AlignedTargets, AlignmentReport, align_targets, impute_vcf, peak_memory_mb
+from .pipeline import AlignedTargets, AlignmentReport, align_targets, fit_panel, impute_vcf, peak_memory_mb
 from .presets import PRESETS, genomics_configs
 from .simulate import simulate_haplotypes, simulate_panel, split_samples
 from .windows import Window, WindowSpec, plan_windows, token_bit_probabilities, tokenize
@@ -27,12 +29,14 @@ __all__ = [
     "PRESETS",
     "AlignedTargets",
     "AlignmentReport",
+    "CopyingSettings",
     "GenotypeImputer",
     "Window",
     "WindowSpec",
     "align_targets",
     "dosage_r2_estimate",
     "evaluate_imputation",
+    "fit_panel",
     "genomics_configs",
     "genotype_concordance",
     "impute_vcf",
@@ -42,6 +46,7 @@ __all__ = [
     "plan_windows",
     "pooled_r2",
     "r2_by_maf",
+    "read_genetic_map",
     "read_positions",
     "read_reference_panel",
     "read_vcf",

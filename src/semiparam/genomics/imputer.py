@@ -240,32 +240,83 @@ class GenotypeImputer:
         return TableSchema(tuple(ColumnSpec(c, CATEGORICAL, cats) for c in inputs + targets), tuple(targets))
 
     # -- fitting --------------------------------------------------------------------------------
-    def fit(self, panel: HaplotypePanel, typed: np.ndarray) -> GenotypeImputer:
-        """Train on ``panel``; ``typed (n_sites,)`` bool marks the sites targets will be typed at."""
+    def fit(self, panel: HaplotypePanel, typed: np.ndarray | None = None) -> GenotypeImputer:
+        """Fit on ``panel``; ``typed (n_sites,)`` bool marks the sites targets will be typed at.
+
+        ``typed=None`` ("copy" and "knn" only, ``semiparam fit-panel``): the panel is stored and the
+        windows are planned for the typed sites of the targets when they come (:meth:`retarget`,
+        called by :meth:`impute`). The table models are trained for given typed sites.
+        """
         self._check_params()
-        typed = np.asarray(typed, dtype=bool)
-        if typed.shape != (panel.n_sites,):
-            raise ValueError(
-                f"typed has shape {typed.shape}, expected ({panel.n_sites},) (one per panel site)"
-            )
-        if not typed.any():
-            raise ValueError("no typed site: the targets share no site with the reference panel")
         if panel.n_haplotypes < 2:
             raise ValueError(f"the reference panel has {panel.n_haplotypes} haplotype(s); need at least 2")
+        if typed is None and self.model not in BASELINES:
+            raise ValueError(
+                f"model {self.model!r} is trained for the targets' typed sites: give typed "
+                "(fit-panel --array-sites); only 'copy' and 'knn' fit a panel alone"
+            )
         start = time.perf_counter()
         self.sites_ = panel.sites
         self.contig_lines_ = list(panel.contig_lines)
-        self.typed_ = typed
-        n_hap = panel.n_haplotypes
-        alt = panel.alt_counts()
-        self.alt_frequency_ = alt / n_hap
-        polymorphic = (alt >= max(self.min_mac, 1)) & (n_hap - alt >= max(self.min_mac, 1))
-        self.modelled_ = ~typed & polymorphic
-        sites = panel.sites
-        self.windows_ = plan_windows(sites.chrom, sites.pos, typed, self.modelled_, self.spec)
+        self.alt_frequency_ = panel.alt_counts() / panel.n_haplotypes
         self.reference_ = panel.haplotypes  # (n_sites, n_hap) uint8
         gmap = read_genetic_map(self.genetic_map) if self.genetic_map is not None else None
-        self.cm_ = genetic_positions(sites.chrom, sites.pos, gmap)
+        self.cm_ = genetic_positions(panel.sites.chrom, panel.sites.pos, gmap)
+        self.typed_: np.ndarray | None = None
+        self.windows_: list[Window] = []
+        self.modelled_ = np.zeros(panel.n_sites, dtype=bool)
+        self.copying_ = self.copying_settings
+        self.learners_: list[TableLearner] = []
+        if typed is not None:
+            self._plan(typed)
+            if self.model in BASELINES:
+                pass
+            elif self.mode == "per_window" and self.backend == "ray":
+                task = functools.partial(_fit_window_files, copy.copy(self)._without_log())
+                packed = map_tasks(
+                    task, list(enumerate(self.windows_)), backend="ray", address=self.ray_address
+                )
+                self.learners_ = [TableLearner.from_files(f, device=self.device) for f in packed]
+            elif self.mode == "per_window":
+                self.learners_ = [
+                    self._fit_window(w, k) for k, w in enumerate(self._progress(self.windows_, "windows"))
+                ]
+            else:
+                self.learners_ = [self._fit_shared()]
+        else:
+            self._say(f"panel stored: {panel.n_sites} sites, {panel.n_haplotypes} haplotypes")
+        self.fit_seconds_ = time.perf_counter() - start
+        return self
+
+    def retarget(self, typed: np.ndarray) -> GenotypeImputer:
+        """Plan the windows of a "copy" or "knn" imputer for other typed sites (and pick its
+        settings again on held-out reference samples); nothing happens when they are the same."""
+        self._check_fitted()
+        typed = np.asarray(typed, dtype=bool)
+        if self.typed_ is not None and typed.shape == self.typed_.shape and (typed == self.typed_).all():
+            return self
+        if self.model not in BASELINES:
+            raise ValueError(
+                f"a fitted {self.model!r} imputer serves the typed sites it was trained for only"
+            )
+        self._plan(typed)
+        return self
+
+    def _plan(self, typed: np.ndarray) -> None:
+        """Typed sites, windows and the settings picked on held-out reference samples."""
+        n_sites = len(self.sites_)
+        typed = np.asarray(typed, dtype=bool)
+        if typed.shape != (n_sites,):
+            raise ValueError(f"typed has shape {typed.shape}, expected ({n_sites},) (one per panel site)")
+        if not typed.any():
+            raise ValueError("no typed site: the targets share no site with the reference panel")
+        self.typed_ = typed
+        n_hap = self.reference_.shape[1]
+        alt = np.rint(self.alt_frequency_ * n_hap)
+        polymorphic = (alt >= max(self.min_mac, 1)) & (n_hap - alt >= max(self.min_mac, 1))
+        self.modelled_ = ~typed & polymorphic
+        sites = self.sites_
+        self.windows_ = plan_windows(sites.chrom, sites.pos, typed, self.modelled_, self.spec)
         self._say(
             f"{len(self.windows_)} windows of {self.spec.window_targets} untyped sites "
             f"({int(self.modelled_.sum())} modelled, {int((~typed & ~polymorphic).sum())} monomorphic or "
@@ -275,23 +326,8 @@ class GenotypeImputer:
         if self.copying_.ne is None and (self.model == COPYING or self.unphased == "phase"):
             ne = self._pick_ne(dataclasses.replace(self.copying_, ne=NE_GRID[0]))
             self.copying_ = dataclasses.replace(self.copying_, ne=ne)
-        if self.model == COPYING:
-            self.learners_: list[TableLearner] = []
-        elif self.model in BASELINES:
+        if self.model == "knn":
             self.neighbors_ = self.knn_neighbors or self._pick_k()
-            self.learners_ = []
-        elif self.mode == "per_window" and self.backend == "ray":
-            task = functools.partial(_fit_window_files, copy.copy(self)._without_log())
-            packed = map_tasks(task, list(enumerate(self.windows_)), backend="ray", address=self.ray_address)
-            self.learners_ = [TableLearner.from_files(f, device=self.device) for f in packed]
-        elif self.mode == "per_window":
-            self.learners_ = [
-                self._fit_window(w, k) for k, w in enumerate(self._progress(self.windows_, "windows"))
-            ]
-        else:
-            self.learners_ = [self._fit_shared()]
-        self.fit_seconds_ = time.perf_counter() - start
-        return self
 
     def _progress(self, items: list[Any], description: str) -> Any:
         enabled = sys.stderr.isatty() if self.verbose is None else self.verbose
@@ -426,6 +462,9 @@ class GenotypeImputer:
         n_sites = len(self.sites_)
         if alleles.ndim != 3 or alleles.shape[0] != n_sites or alleles.shape[2] != 2:
             raise ValueError(f"alleles must have shape ({n_sites}, n_samples, 2), got {alleles.shape}")
+        if self.typed_ is None:  # a panel fitted alone: typed where any allele is given
+            self.retarget((alleles >= 0).any(axis=(1, 2)))
+        assert self.typed_ is not None
         if n_jobs < 1:
             raise ValueError(f"n_jobs must be >= 1, got {n_jobs}")
         n_samples = alleles.shape[1]
@@ -636,7 +675,7 @@ class GenotypeImputer:
 
     # -- persistence ----------------------------------------------------------------------------
     def _check_fitted(self) -> None:
-        if not hasattr(self, "windows_"):
+        if not hasattr(self, "sites_"):
             raise RuntimeError("this GenotypeImputer is not fitted; call fit(panel, typed) first")
 
     def get_params(self) -> dict[str, Any]:
@@ -690,7 +729,7 @@ class GenotypeImputer:
                 "alt": s.alt.tolist(),
             },
             "contig_lines": self.contig_lines_,
-            "typed": self.typed_.tolist(),
+            "typed": None if self.typed_ is None else self.typed_.tolist(),
             "modelled": self.modelled_.tolist(),
             "alt_frequency": self.alt_frequency_.tolist(),
             "genetic_cm": self.cm_.tolist(),
@@ -727,7 +766,7 @@ class GenotypeImputer:
         s = meta["sites"]
         imp.sites_ = VariantSites.from_lists(s["chrom"], s["pos"], s["ref"], s["alt"], s["id"])
         imp.contig_lines_ = meta["contig_lines"]
-        imp.typed_ = np.asarray(meta["typed"], dtype=bool)
+        imp.typed_ = None if meta["typed"] is None else np.asarray(meta["typed"], dtype=bool)
         imp.modelled_ = np.asarray(meta["modelled"], dtype=bool)
         imp.alt_frequency_ = np.asarray(meta["alt_frequency"], dtype=np.float64)
         imp.windows_ = [Window.from_dict(w) for w in meta["windows"]]
@@ -807,9 +846,7 @@ class _WindowStore:
             return None
         with np.load(self._file(k), allow_pickle=False) as z:
             got = {name: z[name] for name in z.files}
-        return _WindowResult(
-            got["target_p"], got.get("input_p"), got.get("used"), got.get("window_haps")
-        )
+        return _WindowResult(got["target_p"], got.get("input_p"), got.get("used"), got.get("window_haps"))
 
     def save(self, k: int, result: _WindowResult) -> None:
         arrays = {n: v for n, v in dataclasses.asdict(result).items() if v is not None}

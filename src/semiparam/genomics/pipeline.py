@@ -38,7 +38,7 @@ from ..data.vcf import (
     read_vcf,
 )
 from ..data.vcf_writer import index_vcf, write_imputed_vcf
-from .imputer import GenotypeImputer
+from .imputer import BASELINES, GenotypeImputer
 from .metrics import dosage_r2_estimate
 from .phasing import check_phased
 
@@ -160,6 +160,55 @@ def align_targets(
     return AlignedTargets(list(target.samples), alleles, phased, typed, report)
 
 
+def fit_panel(
+    reference: str | Path,
+    out: str | Path,
+    *,
+    array_sites: str | Path | None = None,
+    region: str | None = None,
+    overwrite: bool = False,
+    log: Callable[[str], None] | None = None,
+    **imputer_params: Any,
+) -> dict[str, Any]:
+    """Fit an imputer on a reference panel once and save it to ``out`` (``semiparam fit-panel``),
+    so that ``impute_vcf(None, target, ..., model_dir=out)`` imputes target files without reading
+    the panel's VCF again. "copy" and "knn" need no typed sites (their windows are planned per
+    target file); table models are trained for ``array_sites`` (a positions file). Returns a
+    summary dict."""
+    if Path(out).exists() and not overwrite:
+        raise FileExistsError(f"{out} already exists; pass overwrite=True (--force) to replace it")
+    say = log or (lambda message: None)
+    start = time.perf_counter()
+    panel, report = read_reference_panel(reference, region=region)
+    say(f"reference: {report.summary()}; {panel.n_haplotypes} haplotypes")
+    typed = None
+    if array_sites is not None:
+        wanted = set(read_positions(array_sites))
+        typed = np.array(
+            [(c, p) in wanted for c, p in zip(panel.sites.chrom.tolist(), panel.sites.pos.tolist())]
+        )
+        if not typed.any():
+            raise VCFError(f"none of the positions in {array_sites} is a site of the panel {reference}")
+        say(f"{int(typed.sum())} panel sites are array sites")
+    imp = GenotypeImputer(**imputer_params)
+    imp.log = log
+    imp.fit(panel, typed)
+    imp.save(out, overwrite=overwrite)
+    seconds = time.perf_counter() - start
+    say(f"saved the fitted panel to {out} in {seconds:.1f}s")
+    return {
+        "reference": str(reference),
+        "out": str(out),
+        "model": imp.model,
+        "n_sites": panel.n_sites,
+        "n_haplotypes": panel.n_haplotypes,
+        "n_typed": None if typed is None else int(typed.sum()),
+        "reference_read": asdict(report),
+        "total_seconds": seconds,
+        "peak_memory_mb": peak_memory_mb(),
+    }
+
+
 def impute_vcf(
     reference: str | Path | None,
     target: str | Path,
@@ -222,7 +271,7 @@ def impute_vcf(
         panel_sites,
         target_data,
         array_positions=positions,
-        allowed_typed=imp.typed_ if model_dir is not None else None,
+        allowed_typed=imp.typed_ if model_dir is not None and imp.model not in BASELINES else None,
     )
     say(f"sites: {aligned.report.summary()}")
     summary["alignment"] = asdict(aligned.report)
@@ -241,6 +290,8 @@ def impute_vcf(
         if save_model is not None:
             imp.save(save_model, overwrite=overwrite)
             say(f"saved the fitted imputer to {save_model}")
+    elif imp.model in BASELINES:  # a saved panel: windows and settings for these targets' typed sites
+        imp.retarget(aligned.typed)
     timings["fit_seconds"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
