@@ -25,7 +25,6 @@ imputer's default because it alone reaches Beagle's accuracy within a CPU budget
 
 from __future__ import annotations
 
-import gzip
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,37 +68,44 @@ def read_genetic_map(path: str | Path) -> dict[str, tuple[np.ndarray, np.ndarray
     Reads PLINK ``.map`` (``chrom id cM bp``, Beagle's ``map=``) and the SHAPEIT/Eagle format
     (header ``pos chr cM``), plain or gzipped; the format is told by the header and column count.
     """
+    import pandas as pd
+
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"genetic map {path} does not exist")
-    opener = gzip.open if path.name.endswith(".gz") else open
-    rows: dict[str, list[tuple[int, float]]] = {}
-    with opener(path, "rt") as f:  # type: ignore[operator]
-        for n, line in enumerate(f, 1):
-            parts = line.split()
-            if not parts or parts[0].startswith("#"):
-                continue
-            if n == 1 and parts[:3] == ["pos", "chr", "cM"]:
-                continue
-            try:
-                if len(parts) == 4:  # PLINK: chrom id cM bp
-                    chrom, cm, bp = parts[0], float(parts[2]), int(parts[3])
-                elif len(parts) == 3:  # SHAPEIT: pos chr cM
-                    bp, chrom, cm = int(parts[0]), parts[1], float(parts[2])
-                else:
-                    raise ValueError
-            except ValueError:
-                raise ValueError(
-                    f"{path}:{n}: not a genetic map line (PLINK 'chrom id cM bp' or SHAPEIT 'pos chr cM'): "
-                    f"{line.strip()[:80]!r}"
-                ) from None
-            rows.setdefault(chrom, []).append((bp, cm))
-    if not rows:
+    try:
+        frame = pd.read_csv(path, sep=r"\s+", header=None, comment="#", dtype=str)
+    except pd.errors.EmptyDataError:
+        raise ValueError(f"genetic map {path} has no positions") from None
+    except pd.errors.ParserError as err:
+        raise ValueError(
+            f"{path}: not a genetic map (PLINK 'chrom id cM bp' or SHAPEIT 'pos chr cM'): {err}"
+        ) from None
+    shapeit = frame.shape[1] == 3
+    if shapeit and list(frame.iloc[0]) == ["pos", "chr", "cM"]:
+        frame = frame.iloc[1:]
+    if frame.shape[1] not in (3, 4) or frame.isna().any().any():
+        raise ValueError(
+            f"{path}: not a genetic map: PLINK 'chrom id cM bp' (4 columns) or SHAPEIT 'pos chr cM' "
+            f"(3 columns), found {frame.shape[1]} columns"
+        )
+    chrom_col, cm_col, bp_col = (1, 2, 0) if shapeit else (0, 2, 3)
+    cm = pd.to_numeric(frame[cm_col], errors="coerce").to_numpy(np.float64)
+    bp = pd.to_numeric(frame[bp_col], errors="coerce").to_numpy(np.float64)
+    bad = np.flatnonzero(np.isnan(cm) | np.isnan(bp))
+    if len(bad):
+        line = " ".join(frame.iloc[bad[0]].tolist())
+        raise ValueError(
+            f"{path}: not a genetic map line (PLINK 'chrom id cM bp' or SHAPEIT 'pos chr cM'): {line[:80]!r}"
+        )
+    if len(frame) == 0:
         raise ValueError(f"genetic map {path} has no positions")
+    chrom = frame[chrom_col].to_numpy(str)
     out = {}
-    for chrom, pairs in rows.items():
-        a = np.array(sorted(pairs), dtype=np.float64)
-        out[chrom] = (a[:, 0], a[:, 1])
+    for contig in dict.fromkeys(chrom.tolist()):
+        on = chrom == contig
+        order = np.argsort(bp[on], kind="stable")
+        out[str(contig)] = (bp[on][order], cm[on][order])
     return out
 
 
@@ -370,37 +376,29 @@ def _decode_pairs(
 
 def _viterbi_pairs(log_e: np.ndarray, rho: np.ndarray, n_cand: int) -> tuple[np.ndarray, np.ndarray]:
     """Most probable path of ordered candidate pairs. ``log_e (c, s, L, L)`` log emissions.
-    Returns ``(path_i, path_j)``, each ``(c, s)`` candidate indices."""
+    Returns ``(path_i, path_j)``, each ``(c, s)`` candidate indices.
+
+    A pair moves by keeping both haplotypes, switching one (to the best of its row or column) or
+    both (to the best pair), so a step needs only the row, column and overall maxima; the scores
+    are kept and the path is traced back by recomputing the four options of each chosen state.
+    """
     c, s, L, _ = log_e.shape
-    delta = log_e[:, 0] - 2 * np.log(L)
-    # back pointers: kind (0 stay, 1 switch j, 2 switch i, 3 switch both) and the argmaxes used
-    kind = np.zeros((s, c, L, L), dtype=np.int8)
-    arg_row = np.zeros((s, c, L), dtype=np.int64)  # argmax over j of delta[i, :]
-    arg_col = np.zeros((s, c, L), dtype=np.int64)  # argmax over i of delta[:, j]
-    arg_all = np.zeros((s, c), dtype=np.int64)
-    idx = np.arange(c)
+    stay = np.log1p(-rho + rho / L).astype(np.float32)  # (s - 1,) keep one haplotype
+    move = np.log(rho / L).astype(np.float32)  # switch one to a given haplotype
+    scores = np.empty((s, c, L, L), dtype=np.float32)
+    delta = log_e[:, 0] - np.float32(2 * np.log(L))
+    scores[0] = delta
     for t in range(1, s):
-        r = float(rho[t - 1])
-        stay = np.log1p(-r + r / L)
-        move = np.log(r / L)
-        arg_row[t] = delta.argmax(axis=2)
-        arg_col[t] = delta.argmax(axis=1)
-        flat = delta.reshape(c, -1).argmax(axis=1)
-        arg_all[t] = flat
-        row_max = np.take_along_axis(delta, arg_row[t][:, :, None], axis=2)  # (c, L, 1)
-        col_max = np.take_along_axis(delta, arg_col[t][:, None, :], axis=1)  # (c, 1, L)
-        all_max = delta.reshape(c, -1)[idx, flat][:, None, None]
-        options = np.stack(
-            [
-                delta + 2 * stay,
-                np.broadcast_to(row_max + stay + move, delta.shape),
-                np.broadcast_to(col_max + stay + move, delta.shape),
-                np.broadcast_to(all_max + 2 * move, delta.shape),
-            ]
-        )  # (4, c, L, L)
-        kind[t] = options.argmax(axis=0)
-        delta = options.max(axis=0) + log_e[:, t]
-        delta -= delta.reshape(c, -1).max(axis=1)[:, None, None]
+        st, mv = stay[t - 1], move[t - 1]
+        best = delta + 2 * st
+        np.maximum(best, delta.max(axis=2, keepdims=True) + (st + mv), out=best)
+        np.maximum(best, delta.max(axis=1, keepdims=True) + (st + mv), out=best)
+        np.maximum(best, delta.max(axis=(1, 2), keepdims=True) + 2 * mv, out=best)
+        best += log_e[:, t]
+        best -= best.max(axis=(1, 2), keepdims=True)
+        delta = best
+        scores[t] = delta
+    rows = np.arange(c)
     path_i = np.zeros((c, s), dtype=np.int64)
     path_j = np.zeros((c, s), dtype=np.int64)
     flat = delta.reshape(c, -1).argmax(axis=1)
@@ -409,15 +407,22 @@ def _viterbi_pairs(log_e: np.ndarray, rho: np.ndarray, n_cand: int) -> tuple[np.
         path_i[:, t], path_j[:, t] = i, j
         if t == 0:
             break
-        k = kind[t, idx, i, j]
-        prev_i, prev_j = i.copy(), j.copy()
-        # switch of j only: i stays, j was argmax of row i
-        sel = k == 1
-        prev_j[sel] = arg_row[t][idx[sel], i[sel]]
-        sel = k == 2
-        prev_i[sel] = arg_col[t][idx[sel], j[sel]]
-        sel = k == 3
-        prev_i[sel], prev_j[sel] = arg_all[t][sel] // L, arg_all[t][sel] % L
+        d = scores[t - 1]
+        st, mv = stay[t - 1], move[t - 1]
+        row_arg = d[rows, i].argmax(axis=1)  # best j of row i
+        col_arg = d[rows, :, j].argmax(axis=1)  # best i of column j
+        all_arg = d.reshape(c, -1).argmax(axis=1)
+        options = np.stack(
+            [
+                d[rows, i, j] + 2 * st,
+                d[rows, i, row_arg] + st + mv,
+                d[rows, col_arg, j] + st + mv,
+                d.reshape(c, -1)[rows, all_arg] + 2 * mv,
+            ]
+        )
+        kind = options.argmax(axis=0)
+        prev_i = np.select([kind == 2, kind == 3], [col_arg, all_arg // L], i)
+        prev_j = np.select([kind == 1, kind == 3], [row_arg, all_arg % L], j)
         i, j = prev_i, prev_j
     return path_i, path_j
 
