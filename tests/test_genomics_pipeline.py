@@ -381,16 +381,70 @@ def _records(path: Path) -> list[str]:
     return [line for line in cyvcf2_text(path).splitlines() if not line.startswith("#")]
 
 
-def test_a_killed_run_resumes_to_the_same_output(
-    vcf_files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from semiparam.genomics import impute_vcf
-
+def _unphased_target(vcf_files: dict[str, Path], tmp_path: Path) -> Path:
     unphased = tmp_path / "unphased.vcf"
     unphased.write_text(cyvcf2_text(vcf_files["target"]).replace("|", "/").replace("1/0", "0/1"))
-    shape = {"n_inputs": 10, "window_targets": 20, "overlap": 5}
-    whole = impute_vcf(vcf_files["ref"], unphased, tmp_path / "whole.vcf.gz", **shape)
-    assert whole["n_windows"] >= 4 and not (tmp_path / "whole.vcf.gz.partial").exists()
+    return unphased
+
+
+SHAPE = {"n_inputs": 10, "window_targets": 20, "overlap": 5}
+
+
+def test_a_killed_streamed_run_resumes_to_the_same_output(
+    vcf_files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default route reads the panel in chunks; a run killed in its third chunk goes on there."""
+    from semiparam.genomics import impute_vcf
+
+    unphased = _unphased_target(vcf_files, tmp_path)
+    whole = impute_vcf(vcf_files["ref"], unphased, tmp_path / "whole.vcf.gz", chunk_sites=30, **SHAPE)
+    assert whole["n_chunks"] == 4 and not (tmp_path / "whole.vcf.gz.partial").exists()
+
+    fits: list[int] = []
+    original = GenotypeImputer.fit
+
+    def dies_in_the_third_chunk(self: GenotypeImputer, *args: object) -> object:
+        fits.append(1)
+        if len(fits) == 3:
+            raise KeyboardInterrupt  # the run is killed here
+        return original(self, *args)  # type: ignore[arg-type]
+
+    out = tmp_path / "resumed.vcf.gz"
+    monkeypatch.setattr(GenotypeImputer, "fit", dies_in_the_third_chunk)
+    with pytest.raises(KeyboardInterrupt):
+        impute_vcf(vcf_files["ref"], unphased, out, chunk_sites=30, **SHAPE)
+    partial = tmp_path / "resumed.vcf.gz.partial"
+    assert len(list(partial.glob("chunk_*.vcf.txt.gz"))) == 2 and not out.exists()
+
+    fits.clear()
+    monkeypatch.setattr(GenotypeImputer, "fit", lambda self, *a: (fits.append(1), original(self, *a))[1])
+    impute_vcf(vcf_files["ref"], unphased, out, chunk_sites=30, resume=True, **SHAPE)
+    assert len(fits) == 2  # only the chunks not finished before
+    assert _records(out) == _records(tmp_path / "whole.vcf.gz")
+    assert not partial.exists()
+
+    # chunks of another run are refused, not mixed in
+    monkeypatch.setattr(GenotypeImputer, "fit", dies_in_the_third_chunk)
+    fits.clear()
+    with pytest.raises(KeyboardInterrupt):
+        impute_vcf(vcf_files["ref"], unphased, tmp_path / "other.vcf.gz", chunk_sites=30, **SHAPE)
+    with pytest.raises(ValueError, match="holds chunks of another run"):
+        impute_vcf(
+            vcf_files["ref"], vcf_files["target"], tmp_path / "other.vcf.gz", chunk_sites=30, resume=True
+        )
+
+
+def test_a_killed_run_with_a_saved_panel_resumes_to_the_same_output(
+    vcf_files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With --panel (and the table models) windows are the unit: a killed run goes on after the
+    last finished one."""
+    from semiparam.genomics import fit_panel, impute_vcf
+
+    unphased = _unphased_target(vcf_files, tmp_path)
+    fit_panel(vcf_files["ref"], tmp_path / "panel", **SHAPE)
+    whole = impute_vcf(None, unphased, tmp_path / "whole.vcf.gz", model_dir=tmp_path / "panel")
+    assert whole["n_windows"] >= 4
 
     calls: list[int] = []
     original = GenotypeImputer._predict_window
@@ -398,18 +452,15 @@ def test_a_killed_run_resumes_to_the_same_output(
     def dies_after_three(self: GenotypeImputer, index: int, *args: object) -> object:
         calls.append(index)
         if len(calls) > 3:
-            raise KeyboardInterrupt  # the run is killed here
+            raise KeyboardInterrupt
         return original(self, index, *args)  # type: ignore[arg-type]
 
     out = tmp_path / "resumed.vcf.gz"
     monkeypatch.setattr(GenotypeImputer, "_predict_window", dies_after_three)
     with pytest.raises(KeyboardInterrupt):
-        impute_vcf(vcf_files["ref"], unphased, out, **shape)
+        impute_vcf(None, unphased, out, model_dir=tmp_path / "panel")
     partial = tmp_path / "resumed.vcf.gz.partial"
     assert len(list(partial.glob("window_*.npz"))) == 3 and not out.exists()
-
-    calls.clear()
-    monkeypatch.setattr(GenotypeImputer, "_predict_window", original)
     counted: list[int] = []
 
     def counting(self: GenotypeImputer, index: int, *args: object) -> object:
@@ -417,18 +468,41 @@ def test_a_killed_run_resumes_to_the_same_output(
         return original(self, index, *args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(GenotypeImputer, "_predict_window", counting)
-    impute_vcf(vcf_files["ref"], unphased, out, resume=True, **shape)
-    assert counted == list(range(3, whole["n_windows"]))  # only the windows not finished before
+    impute_vcf(None, unphased, out, model_dir=tmp_path / "panel", resume=True)
+    assert counted == list(range(3, whole["n_windows"]))
     assert _records(out) == _records(tmp_path / "whole.vcf.gz")
-    assert not partial.exists()
-
-    # windows of another run are refused, not mixed in
-    monkeypatch.setattr(GenotypeImputer, "_predict_window", dies_after_three)
-    calls.clear()
     with pytest.raises(KeyboardInterrupt):
-        impute_vcf(vcf_files["ref"], unphased, tmp_path / "other.vcf.gz", **shape)
+        monkeypatch.setattr(GenotypeImputer, "_predict_window", dies_after_three)
+        calls.clear()
+        impute_vcf(None, unphased, tmp_path / "other.vcf.gz", model_dir=tmp_path / "panel")
     with pytest.raises(ValueError, match="holds windows of another run"):
-        impute_vcf(vcf_files["ref"], vcf_files["target"], tmp_path / "other.vcf.gz", resume=True, **shape)
+        impute_vcf(
+            None, vcf_files["target"], tmp_path / "other.vcf.gz", model_dir=tmp_path / "panel", resume=True
+        )
+
+
+def test_chunked_imputation_matches_one_pass(
+    vcf_files: dict[str, Path], tmp_path: Path, split: dict[str, object]
+) -> None:
+    """Chunks of 30 sites with their margins impute about as well as one pass over the panel,
+    and every site is written once, in order."""
+    from semiparam.genomics import impute_vcf
+
+    unphased = _unphased_target(vcf_files, tmp_path)
+    one = impute_vcf(vcf_files["ref"], unphased, tmp_path / "one.vcf.gz", **SHAPE)
+    many = impute_vcf(vcf_files["ref"], unphased, tmp_path / "many.vcf.gz", chunk_sites=30, **SHAPE)
+    assert one["n_chunks"] == 1 and many["n_chunks"] == 4
+    assert many["alignment"] == one["alignment"] and many["n_typed"] == 30
+    test = split["test"].as_genotypes()  # type: ignore[union-attr]
+    untyped = ~split["typed"]  # type: ignore[operator]
+    scores = []
+    for name in ("one", "many"):
+        records = list(cyvcf2.VCF(str(tmp_path / f"{name}.vcf.gz")))
+        assert [r.POS for r in records] == split["panel"].sites.pos.tolist()  # type: ignore[union-attr]
+        ds = np.array([r.format("DS")[:, 0] for r in records])
+        truth = test.alleles.sum(-1)
+        scores.append(np.corrcoef(ds[untyped].ravel(), truth[untyped].ravel())[0, 1] ** 2)
+    assert scores[1] > scores[0] - 0.05, scores
 
 
 def test_threads_give_the_same_imputation(split: dict[str, object]) -> None:

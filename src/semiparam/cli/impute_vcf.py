@@ -97,6 +97,13 @@ def add_impute_vcf_parser(sub: argparse._SubParsersAction) -> None:  # type: ign
     p.add_argument(
         "--threads", type=int, default=1, help="windows imputed at once, in threads (copy and knn; default 1)"
     )
+    p.add_argument(
+        "--chunk-sites",
+        type=int,
+        default=20_000,
+        help="copy and knn read and impute the panel in chunks of this many sites (default 20000), "
+        "so memory does not grow with the chromosome",
+    )
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quiet", action="store_true", help="no progress output")
@@ -203,6 +210,7 @@ def cmd_impute_vcf(args: argparse.Namespace) -> int:
             ap=args.ap,
             resume=args.resume,
             n_jobs=args.threads,
+            chunk_sites=args.chunk_sites,
             log=log,
             model=args.model,
             mode=args.mode.replace("-", "_"),

@@ -23,7 +23,7 @@ A *reference panel* (:func:`read_reference_panel`) must be phased and complete: 
 from __future__ import annotations
 
 import gzip
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -75,20 +75,22 @@ def _parsed(records: Iterable[Any], path: str | Path) -> Iterable[Any]:
         yield rec
 
 
-def read_vcf(
+def iter_vcf(
     path: str | Path,
     *,
     region: str | None = None,
     samples: Sequence[str] | None = None,
     multiallelic: Literal["skip", "error"] = "skip",
-) -> tuple[GenotypeData, ReadReport]:
-    """Read the diploid genotypes of a VCF / VCF.gz / BCF (bgzipped or not, indexed or not).
-
-    ``region`` (``"20:1000000-2000000"``) needs an index (``.tbi``/``.csi``). ``samples`` keeps those
-    samples, in that order. Returns the genotypes and a :class:`ReadReport` of skipped records.
-    """
+    block_sites: int = 10_000,
+    report: ReadReport | None = None,
+) -> Iterator[GenotypeData]:
+    """The diploid genotypes of a VCF / VCF.gz / BCF in blocks of up to ``block_sites`` kept
+    records, in file order, so a whole chromosome need not be held at once (see :func:`read_vcf`
+    for the arguments). ``report`` (a :class:`ReadReport`) is filled as the file is read."""
     if multiallelic not in ("skip", "error"):
         raise ValueError(f"multiallelic must be 'skip' or 'error', got {multiallelic!r}")
+    if block_sites < 1:
+        raise ValueError(f"block_sites must be >= 1, got {block_sites}")
     if region is not None and not any(Path(str(path) + ext).exists() for ext in (".tbi", ".csi")):
         raise VCFError(
             f"reading region {region!r} needs an index of {path}: run `bcftools index -t {path}` "
@@ -98,14 +100,9 @@ def read_vcf(
     sample_names = list(samples) if samples is not None else list(vcf.samples)
     if not sample_names:
         raise VCFError(f"{path} has no samples (no genotype columns)")
-    report = ReadReport(str(path))
+    report = report if report is not None else ReadReport(str(path))
     contig_lines = [line for line in vcf.raw_header.splitlines() if line.startswith("##contig=")]
-    chrom: list[str] = []
-    pos: list[int] = []
-    ids: list[str] = []
-    refs: list[str] = []
-    alts: list[str] = []
-    blocks: list[np.ndarray] = []
+    n_samples = len(sample_names)
     seen: set[tuple[str, int, str, str]] = set()
     last: tuple[str, int] | None = None
     finished_contigs: set[str] = set()
@@ -113,6 +110,33 @@ def read_vcf(
         records: Iterable[Any] = vcf(region) if region else vcf
     except Exception as err:
         raise VCFError(f"cannot fetch region {region!r} from {path} (is it indexed?): {err}") from err
+
+    def block(
+        chrom: list[str],
+        pos: list[int],
+        refs: list[str],
+        alts: list[str],
+        ids: list[str],
+        blocks: list[np.ndarray],
+    ) -> GenotypeData:
+        if blocks:
+            stacked = np.stack(blocks)  # (n_sites, n_samples, 3) int8
+            alleles = np.ascontiguousarray(stacked[:, :, :2])
+            alleles[alleles < 0] = MISSING
+            phased = stacked[:, :, 2].astype(bool)
+        else:
+            alleles = np.zeros((0, n_samples, 2), dtype=np.int8)
+            phased = np.zeros((0, n_samples), dtype=bool)
+        sites = VariantSites.from_lists(chrom, pos, refs, alts, ids)
+        return GenotypeData(sites, sample_names, alleles, phased, contig_lines)
+
+    chrom: list[str] = []
+    pos: list[int] = []
+    ids: list[str] = []
+    refs: list[str] = []
+    alts: list[str] = []
+    blocks: list[np.ndarray] = []
+    yielded = False
     for rec in _parsed(records, path):
         report.n_records += 1
         where = f"{rec.CHROM}:{rec.POS}"
@@ -124,6 +148,7 @@ def read_vcf(
                 )
             if rec.CHROM != last[0]:
                 finished_contigs.add(last[0])
+                seen.clear()  # duplicates can only be on the same contig
                 if rec.CHROM in finished_contigs:
                     raise VCFError(
                         f"{path} is not sorted: contig {rec.CHROM} appears twice; run `bcftools sort`"
@@ -171,20 +196,59 @@ def read_vcf(
         ids.append(rec.ID or ".")
         refs.append(rec.REF)
         alts.append(alt_alleles[0])
+        report.n_kept += 1
+        if len(blocks) == block_sites:
+            yield block(chrom, pos, refs, alts, ids, blocks)
+            yielded = True
+            chrom, pos, ids, refs, alts, blocks = [], [], [], [], [], []
     vcf.close()
-    report.n_kept = len(pos)
-    n_samples = len(sample_names)
-    if blocks:
-        stacked = np.stack(blocks)  # (n_sites, n_samples, 3) int8
-        alleles = np.ascontiguousarray(stacked[:, :, :2])
-        alleles[alleles < 0] = MISSING
-        phased = stacked[:, :, 2].astype(bool)
-        del stacked
-    else:
-        alleles = np.zeros((0, n_samples, 2), dtype=np.int8)
-        phased = np.zeros((0, n_samples), dtype=bool)
-    sites = VariantSites.from_lists(chrom, pos, refs, alts, ids)
-    return GenotypeData(sites, sample_names, alleles, phased, contig_lines), report
+    if blocks or not yielded:
+        yield block(chrom, pos, refs, alts, ids, blocks)
+
+
+def read_vcf(
+    path: str | Path,
+    *,
+    region: str | None = None,
+    samples: Sequence[str] | None = None,
+    multiallelic: Literal["skip", "error"] = "skip",
+) -> tuple[GenotypeData, ReadReport]:
+    """Read the diploid genotypes of a VCF / VCF.gz / BCF (bgzipped or not, indexed or not).
+
+    ``region`` (``"20:1000000-2000000"``) needs an index (``.tbi``/``.csi``). ``samples`` keeps those
+    samples, in that order. Returns the genotypes and a :class:`ReadReport` of skipped records.
+    """
+    report = ReadReport(str(path))
+    parts = list(
+        iter_vcf(
+            path,
+            region=region,
+            samples=samples,
+            multiallelic=multiallelic,
+            block_sites=1 << 30,
+            report=report,
+        )
+    )
+    return parts[0] if len(parts) == 1 else concat_genotypes(parts), report
+
+
+def concat_genotypes(parts: Sequence[GenotypeData]) -> GenotypeData:
+    """Blocks of one file's genotypes (same samples), joined in order."""
+    first = parts[0]
+    sites = VariantSites.from_lists(
+        [c for p in parts for c in p.sites.chrom.tolist()],
+        [x for p in parts for x in p.sites.pos.tolist()],
+        [x for p in parts for x in p.sites.ref.tolist()],
+        [x for p in parts for x in p.sites.alt.tolist()],
+        [x for p in parts for x in p.sites.id.tolist()],
+    )
+    return GenotypeData(
+        sites,
+        list(first.samples),
+        np.concatenate([p.alleles for p in parts]),
+        np.concatenate([p.phased for p in parts]),
+        list(first.contig_lines),
+    )
 
 
 def read_reference_panel(
@@ -199,6 +263,38 @@ def read_reference_panel(
     data, report = read_vcf(path, region=region, samples=samples, multiallelic=multiallelic)
     if data.n_sites == 0:
         raise VCFError(f"{path}: no usable biallelic records{(' in ' + region) if region else ''}")
+    return as_reference_panel(data, path), report
+
+
+def iter_reference_panel(
+    path: str | Path,
+    *,
+    region: str | None = None,
+    samples: Sequence[str] | None = None,
+    multiallelic: Literal["skip", "error"] = "skip",
+    block_sites: int = 10_000,
+    report: ReadReport | None = None,
+) -> Iterator[HaplotypePanel]:
+    """A phased reference panel in blocks of up to ``block_sites`` sites (see
+    :func:`read_reference_panel` and :func:`iter_vcf`)."""
+    n = 0
+    for data in iter_vcf(
+        path,
+        region=region,
+        samples=samples,
+        multiallelic=multiallelic,
+        block_sites=block_sites,
+        report=report,
+    ):
+        n += data.n_sites
+        if data.n_sites:
+            yield as_reference_panel(data, path)
+    if n == 0:
+        raise VCFError(f"{path}: no usable biallelic records{(' in ' + region) if region else ''}")
+
+
+def as_reference_panel(data: GenotypeData, path: str | Path) -> HaplotypePanel:
+    """``data`` as haplotypes, after checking that every genotype is complete and phased."""
     missing = (data.alleles < 0).any(axis=2)
     if missing.any():
         i, k = np.argwhere(missing)[0]
@@ -216,7 +312,7 @@ def read_reference_panel(
             f"sample {data.samples[k]} at {data.sites.label(i)}; phase it first (Beagle, SHAPEIT, Eagle)"
         )
     haplotypes = data.haplotypes().astype(np.uint8)
-    return HaplotypePanel(data.sites, data.samples, haplotypes, data.contig_lines), report
+    return HaplotypePanel(data.sites, data.samples, haplotypes, data.contig_lines)
 
 
 def read_positions(path: str | Path) -> list[tuple[str, int]]:

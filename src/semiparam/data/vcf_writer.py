@@ -5,7 +5,7 @@ fields (:func:`write_imputed_vcf`), and a tabix index when bcftools or tabix is 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -141,10 +141,41 @@ def write_imputed_vcf(
     n_sites, n_samples = len(sites), len(samples)
     if hap_alt_prob.shape != (n_sites, n_samples, 2):
         raise ValueError(f"hap_alt_prob has shape {hap_alt_prob.shape}, expected ({n_sites}, {n_samples}, 2)")
+    header = imputed_vcf_header(samples, sites.contigs(), contig_lines, source=source, ap=ap)
+    with VCFWriter(path, header) as writer:
+        for line in imputed_vcf_lines(
+            sites, hap_alt_prob, typed=typed, phased=phased, dr2=dr2, decimals=decimals, ap=ap
+        ):
+            writer.write_line(line)
+    return Path(path)
+
+
+def imputed_vcf_header(
+    samples: Sequence[str],
+    contigs: Sequence[str],
+    contig_lines: Sequence[str] = (),
+    *,
+    source: str = "semiparam",
+    ap: bool = False,
+) -> str:
+    """The header of :func:`write_imputed_vcf`'s files."""
     format_lines = IMPUTED_FORMAT_LINES + (AP_FORMAT_LINES if ap else ())
-    header = _header(
-        samples, sites.contigs(), contig_lines, IMPUTED_INFO_LINES, format_lines, [f"##source={source}"]
-    )
+    return _header(samples, contigs, contig_lines, IMPUTED_INFO_LINES, format_lines, [f"##source={source}"])
+
+
+def imputed_vcf_lines(
+    sites: VariantSites,
+    hap_alt_prob: np.ndarray,
+    *,
+    typed: np.ndarray,
+    phased: bool,
+    dr2: np.ndarray,
+    decimals: int = 3,
+    ap: bool = False,
+) -> Iterator[str]:
+    """The records of :func:`write_imputed_vcf` as text lines (no newline), a block of sites at a
+    time, so a caller can write them in pieces (``semiparam impute-vcf`` on whole chromosomes)."""
+    n_sites = len(sites)
     fmt = f"{{:.{decimals}f}}"
     fields = "GT:DS:GP:AP1:AP2" if ap else "GT:DS:GP"
     # Numbers are rounded to `decimals` and looked up in a table of their texts; object-array
@@ -154,33 +185,36 @@ def write_imputed_vcf(
     gt_phased = np.array(["0|0", "0|1", "1|0", "1|1"], dtype=object)
     gt_unphased = np.array(["0/0", "0/1", "1/1"], dtype=object)
     block = 256
-    with VCFWriter(path, header) as writer:
-        for lo in range(0, n_sites, block):
-            p = np.clip(hap_alt_prob[lo : lo + block].astype(np.float64), 0.0, 1.0)  # (B, n_samples, 2)
-            a, b = p[..., 0], p[..., 1]
-            gp = np.stack([(1 - a) * (1 - b), a * (1 - b) + b * (1 - a), a * b], axis=-1)  # (B, n, 3)
-            if phased:
-                gt = gt_phased[2 * (a > 0.5) + (b > 0.5)]
-            else:
-                gt = gt_unphased[gp.argmax(axis=-1)]
 
-            def txt(x: np.ndarray) -> np.ndarray:
-                return text[np.rint(x * scale).astype(np.int64)]
+    def txt(x: np.ndarray) -> np.ndarray:
+        return text[np.rint(x * scale).astype(np.int64)]
 
-            calls = (
-                gt + ":" + txt(a + b) + ":" + txt(gp[..., 0]) + "," + txt(gp[..., 1]) + "," + txt(gp[..., 2])
+    for lo in range(0, n_sites, block):
+        p = np.clip(hap_alt_prob[lo : lo + block].astype(np.float64), 0.0, 1.0)  # (B, n_samples, 2)
+        a, b = p[..., 0], p[..., 1]
+        gp = np.stack([(1 - a) * (1 - b), a * (1 - b) + b * (1 - a), a * b], axis=-1)  # (B, n, 3)
+        if phased:
+            gt = gt_phased[2 * (a > 0.5) + (b > 0.5)]
+        else:
+            gt = gt_unphased[gp.argmax(axis=-1)]
+        calls = gt + ":" + txt(a + b) + ":" + txt(gp[..., 0]) + "," + txt(gp[..., 1]) + "," + txt(gp[..., 2])
+        if ap:
+            calls = calls + ":" + txt(a) + ":" + txt(b)
+        for k in range(p.shape[0]):
+            i = lo + k
+            af = float(p[k].mean())
+            info = f"AF={fmt.format(af)};DR2={fmt.format(float(dr2[i]))}" + ("" if typed[i] else ";IMP")
+            yield (
+                f"{sites.chrom[i]}\t{sites.pos[i]}\t{sites.id[i]}\t{sites.ref[i]}\t{sites.alt[i]}\t.\tPASS\t"
+                f"{info}\t{fields}\t" + "\t".join(calls[k].tolist())
             )
-            if ap:
-                calls = calls + ":" + txt(a) + ":" + txt(b)
-            for k in range(p.shape[0]):
-                i = lo + k
-                af = float(p[k].mean())
-                info = f"AF={fmt.format(af)};DR2={fmt.format(float(dr2[i]))}" + ("" if typed[i] else ";IMP")
-                writer.write_line(
-                    f"{sites.chrom[i]}\t{sites.pos[i]}\t{sites.id[i]}\t{sites.ref[i]}\t{sites.alt[i]}\t.\tPASS\t"
-                    f"{info}\t{fields}\t" + "\t".join(calls[k].tolist())
-                )
-    return Path(path)
 
 
-__all__ = ["VCFWriter", "index_vcf", "write_genotypes_vcf", "write_imputed_vcf"]
+__all__ = [
+    "VCFWriter",
+    "imputed_vcf_header",
+    "imputed_vcf_lines",
+    "index_vcf",
+    "write_genotypes_vcf",
+    "write_imputed_vcf",
+]

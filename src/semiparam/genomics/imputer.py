@@ -536,6 +536,7 @@ class GenotypeImputer:
         t_haps = phased_haps[typed_idx]
         filled = np.where(typed_count > 0, typed_sum / np.maximum(typed_count, 1.0), freq[typed_idx])
         out[typed_idx] = np.where(t_haps >= 0, t_haps.astype(np.float64), filled)
+        self.phased_inputs_ = phased_haps  # (n_sites, 2 n_samples): the typed alleles as phased
         return out.reshape(n_sites, n_samples, 2).astype(np.float32)
 
     def _run_fingerprint(self, alleles: np.ndarray, phased: np.ndarray) -> str:

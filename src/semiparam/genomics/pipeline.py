@@ -38,9 +38,10 @@ from ..data.vcf import (
     read_vcf,
 )
 from ..data.vcf_writer import index_vcf, write_imputed_vcf
-from .imputer import BASELINES, GenotypeImputer
+from .imputer import BASELINES, COPYING, GenotypeImputer
 from .metrics import dosage_r2_estimate
 from .phasing import check_phased
+from .streaming import impute_streamed
 
 
 @dataclass
@@ -224,6 +225,7 @@ def impute_vcf(
     ap: bool = False,
     resume: bool = False,
     n_jobs: int = 1,
+    chunk_sites: int = 20_000,
     log: Callable[[str], None] | None = None,
     **imputer_params: Any,
 ) -> dict[str, Any]:
@@ -237,8 +239,10 @@ def impute_vcf(
     :class:`FileExistsError` before any work, unless ``overwrite``). ``ap``: also write each haplotype's ALT
     probability (FORMAT AP1, AP2). ``resume``: reuse the windows a killed run of the same command
     finished (kept in ``<out>.partial/`` until the output is written; without ``resume`` such a
-    directory is started afresh). ``n_jobs``: windows imputed at once (threads). Returns a summary
-    dict.
+    directory is started afresh). ``n_jobs``: windows imputed at once (threads). ``chunk_sites``:
+    with a panel file and the "copy" or "knn" model, the panel is read and imputed in chunks of
+    this many sites, so memory does not grow with the chromosome (:mod:`.streaming`); the table
+    models and saved panels hold the whole panel. Returns a summary dict.
     """
     if save_model is not None and Path(save_model).exists() and not overwrite:
         raise FileExistsError(f"{save_model} already exists; pass overwrite=True (--force) to replace it")
@@ -246,6 +250,55 @@ def impute_vcf(
     start = time.perf_counter()
     timings: dict[str, float] = {}
     summary: dict[str, Any] = {"reference": str(reference), "target": str(target), "out": str(out)}
+
+    streamed = (
+        model_dir is None
+        and imputer is None
+        and save_model is None
+        and reference is not None
+        and imputer_params.get("model", COPYING) in BASELINES
+    )
+    if streamed:
+        assert reference is not None
+        t0 = time.perf_counter()
+        target_data, tgt_report = read_vcf(target, region=region)
+        say(f"target: {tgt_report.summary()}; {target_data.n_samples} samples")
+        summary["target_read"] = asdict(tgt_report)
+        positions = read_positions(array_sites) if array_sites is not None else None
+        timings["read_seconds"] = time.perf_counter() - t0
+        partial = Path(str(out) + ".partial")
+        if partial.exists() and not resume:
+            say(f"{partial} holds chunks of an earlier run; starting afresh (--resume reuses them)")
+            shutil.rmtree(partial)
+        summary.update(
+            impute_streamed(
+                reference,
+                target_data,
+                Path(out),
+                imputer_params=imputer_params,
+                array_positions=positions,
+                region=region,
+                chunk_sites=chunk_sites,
+                partial=partial,
+                resume=resume,
+                ap=ap,
+                index=index,
+                n_jobs=n_jobs,
+                say=say,
+                log=log,
+            )
+        )
+        shutil.rmtree(partial, ignore_errors=True)
+        summary["peak_memory_mb"] = peak_memory_mb()
+        summary["read_seconds"] = timings["read_seconds"]
+        summary["total_seconds"] = time.perf_counter() - start
+        say(
+            f"wrote {out}: {summary['n_samples']} samples x {summary['n_sites_written']} sites "
+            f"({summary['n_imputed']} imputed, mean DR2 {summary['mean_dr2_imputed'] or 0:.3f}) in "
+            f"{summary['total_seconds']:.1f}s, {summary['n_chunks']} chunk(s); peak memory "
+            f"{summary['peak_memory_mb']:.0f} MiB"
+        )
+        return summary
 
     t0 = time.perf_counter()
     if model_dir is not None:
