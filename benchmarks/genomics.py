@@ -3,7 +3,7 @@
 (the version installed, read from the program) and a nearest-haplotype k-NN, on exactly the same
 split, sites and VCF files.
 
-    nice -n 10 .venv/bin/python benchmarks/genomics.py             # the committed report
+    .venv/bin/python benchmarks/genomics.py                        # the committed report
     .venv/bin/python benchmarks/genomics.py --quick                # a smoke run, a few minutes
     .venv/bin/python benchmarks/genomics.py --methods knn,beagle   # a subset
 
@@ -529,7 +529,7 @@ def machine() -> str:
     import torch
 
     return (
-        f"{os.cpu_count()} CPU cores ({cpu}), {mem:.0f} GiB RAM, no GPU, shared with other jobs; "
+        f"{os.cpu_count()} CPU cores ({cpu}), {mem:.0f} GiB RAM, no GPU; "
         f"Python {platform.python_version()}, torch {torch.__version__}, "
         f"{beagle_version() or 'Beagle not installed'}, one thread per method"
     )
@@ -593,7 +593,7 @@ def main(argv: list[str] | None = None) -> int:
     for s in args.set if args.set is not None else ["model.d_embedding=8"]:
         MODEL_SETTINGS.extend(["--set", s])
     results: dict[str, Any] = {
-        "command": " ".join(["nice -n 10 .venv/bin/python benchmarks/genomics.py", *(argv or sys.argv[1:])]),
+        "command": " ".join([".venv/bin/python benchmarks/genomics.py", *(argv or sys.argv[1:])]),
         "machine": machine(),
         "beagle": beagle_version(),
         "code": _code_version(),
