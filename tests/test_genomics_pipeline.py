@@ -437,12 +437,12 @@ def test_a_killed_streamed_run_resumes_to_the_same_output(
 def test_a_killed_run_with_a_saved_panel_resumes_to_the_same_output(
     vcf_files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With --panel (and the table models) windows are the unit: a killed run goes on after the
-    last finished one."""
+    """With --panel and a windowed model (k-NN, the table models) windows are the unit: a killed
+    run goes on after the last finished one."""
     from semiparam.genomics import fit_panel, impute_vcf
 
     unphased = _unphased_target(vcf_files, tmp_path)
-    fit_panel(vcf_files["ref"], tmp_path / "panel", **SHAPE)
+    fit_panel(vcf_files["ref"], tmp_path / "panel", model="knn", **SHAPE)
     whole = impute_vcf(None, unphased, tmp_path / "whole.vcf.gz", model_dir=tmp_path / "panel")
     assert whole["n_windows"] >= 4
 
@@ -509,7 +509,7 @@ def test_threads_give_the_same_imputation(split: dict[str, object]) -> None:
     test, typed = split["test"], split["typed"]
     alleles = np.sort(np.where(typed[:, None, None], test.as_genotypes().alleles, -1), axis=2)  # type: ignore[index,union-attr]
     phased = np.zeros(alleles.shape[:2], dtype=bool)
-    imp = GenotypeImputer(**TINY).fit(split["ref"], split["typed"])  # type: ignore[arg-type]
+    imp = GenotypeImputer("knn", **TINY).fit(split["ref"], split["typed"])  # type: ignore[arg-type]
     np.testing.assert_array_equal(imp.impute(alleles, phased, n_jobs=2), imp.impute(alleles, phased))
 
 

@@ -95,7 +95,7 @@ def add_impute_vcf_parser(sub: argparse._SubParsersAction) -> None:  # type: ign
         help="reuse the windows that a killed run of the same command finished (<out>.partial/)",
     )
     p.add_argument(
-        "--threads", type=int, default=1, help="windows imputed at once, in threads (copy and knn; default 1)"
+        "--threads", type=int, default=1, help="windows imputed at once, in threads (knn; default 1)"
     )
     p.add_argument(
         "--chunk-sites",

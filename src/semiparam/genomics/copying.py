@@ -31,7 +31,6 @@ from pathlib import Path
 import numpy as np
 
 from .._config import ConfigError
-from .windows import Window
 
 CM_PER_BP_DEFAULT = 1e-6  # 1 cM per Mb where no genetic map is given (Beagle's rule too)
 # ne values tried at fit time on held-out reference samples when none is given (then the
@@ -216,38 +215,53 @@ def interpolate_sites(
     return out.clip(0.0, 1.0)
 
 
-def copy_window(
+def copy_impute(
     reference: np.ndarray,
     cm: np.ndarray,
-    window: Window,
+    chrom: np.ndarray,
+    typed: np.ndarray,
     haps: np.ndarray,
+    wanted: np.ndarray,
     settings: CopyingSettings,
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """Impute one window by copying. ``reference (n_sites, K)`` 0/1 and ``cm (n_sites,)`` over the
-    panel's sites, ``haps (n_sites, n_q)`` the query haplotypes (0/1, -1 unknown; phased).
-    Returns ``(target ALT probabilities (n_q, target_slots), input ALT probabilities
-    (n_q, input_slots) or None when no input is missing)``; padding slots are 0."""
-    used_slots = np.flatnonzero(window.inputs >= 0)
-    used = window.inputs[used_slots]
-    ref_in = reference[used]  # (s, K)
-    n_ref = ref_in.shape[1]
-    rho = switch_probabilities(cm[used], n_ref, settings.ne)
-    queries = haps[used].T  # (n_q, s)
-    real = np.flatnonzero(window.targets >= 0)
-    t_sites = window.targets[real]
-    n_q = queries.shape[0]
-    target_p = np.zeros((n_q, len(window.targets)), dtype=np.float64)
-    missing = (queries < 0).any(axis=0)
-    input_p = np.zeros((n_q, len(window.inputs)), dtype=np.float64) if missing.any() else None
-    chunk = max(1, (1 << 24) // max(1, len(used) * n_ref))  # about 64 MiB of posteriors
-    ref_f = ref_in.astype(np.float32)
-    for lo in range(0, n_q, chunk):
-        rows = slice(lo, min(n_q, lo + chunk))
-        post = haploid_posteriors(queries[rows], ref_in, rho, settings.error)
-        target_p[rows, real] = interpolate_sites(post, cm[used], cm[t_sites], reference[t_sites])
-        if input_p is not None:
-            input_p[rows, used_slots] = np.einsum("sqk,sk->qs", post, ref_f)
-    return target_p, input_p
+    *,
+    block_bytes: int = 1 << 27,
+) -> np.ndarray:
+    """Impute by copying along whole contigs: one forward-backward pass over each contig's typed
+    sites per block of query haplotypes, as Beagle runs its HMM (no windows).
+
+    ``reference (n_sites, K)`` 0/1, ``cm``, ``chrom``, ``typed`` (bool) per panel site; ``haps
+    (n_sites, n_q)`` the phased queries (0/1, -1 unknown); ``wanted`` (bool) the untyped sites to
+    impute. Returns ``(n_sites, n_q)`` float32 ALT probabilities at the wanted sites and at typed
+    sites where a query's allele is unknown; NaN elsewhere. Query blocks are sized so the
+    posteriors of one block take about ``block_bytes``.
+    """
+    n_sites, n_q = haps.shape
+    k = reference.shape[1]
+    out = np.full((n_sites, n_q), np.nan, dtype=np.float32)
+    for contig in dict.fromkeys(chrom.tolist()):
+        on = chrom == contig
+        t_sites = np.flatnonzero(on & typed)
+        w_sites = np.flatnonzero(on & wanted & ~typed)
+        if len(t_sites) == 0:
+            if len(w_sites):
+                raise ValueError(f"contig {contig!r} has sites to impute but no typed site")
+            continue
+        ref_t = reference[t_sites]
+        ref_tf = ref_t.astype(np.float32)
+        rho = switch_probabilities(cm[t_sites], k, settings.ne)
+        queries = haps[t_sites].T  # (n_q, s)
+        missing = queries < 0
+        block = max(1, block_bytes // max(1, 4 * len(t_sites) * k))
+        for lo in range(0, n_q, block):
+            rows = slice(lo, min(n_q, lo + block))
+            post = haploid_posteriors(queries[rows], ref_t, rho, settings.error)  # (s, b, K)
+            if len(w_sites):
+                out[w_sites, rows] = interpolate_sites(post, cm[t_sites], cm[w_sites], reference[w_sites]).T
+            gaps = missing[rows]
+            if gaps.any():
+                s_idx, q_idx = np.nonzero(gaps.T)  # (site, query) pairs of unknown alleles
+                out[t_sites[s_idx], lo + q_idx] = np.einsum("nk,nk->n", post[s_idx, q_idx], ref_tf[s_idx])
+    return out
 
 
 # -- diploid phasing ---------------------------------------------------------------------------
@@ -308,22 +322,69 @@ def phase_diploid(
     return out
 
 
-def phase_window_inputs(
+def phase_typed_sites(
     reference: np.ndarray,
     cm: np.ndarray,
-    window: Window,
+    chrom: np.ndarray,
+    typed: np.ndarray,
     alleles: np.ndarray,
     phased: np.ndarray,
     settings: CopyingSettings,
-    rng: np.random.Generator,
-) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`phase_diploid` on the typed inputs of ``window``. ``reference (n_sites, K)``, ``cm``,
-    ``alleles (n_sites, n, 2)``, ``phased (n_sites, n)`` over the panel's sites. Returns the
-    window's typed sites and ``(n, 2, n_used)`` phased haplotypes there."""
-    used = window.inputs[window.inputs >= 0]
-    rho = switch_probabilities(cm[used], reference.shape[1], settings.ne)
-    geno = np.transpose(alleles[used], (1, 0, 2))
-    return used, phase_diploid(geno, phased[used].T, reference[used], rho, settings, rng)
+    seed: int,
+    *,
+    segment: int = 150,
+    method: str = "copy",
+) -> np.ndarray:
+    """Phase every typed site, segment by segment, and stitch the segments in phase.
+
+    ``reference (n_sites, K)``, ``cm``, ``chrom``, ``typed`` (bool) per panel site; ``alleles
+    (n_sites, n, 2)``, ``phased (n_sites, n)``. Each contig's typed sites are cut into segments of
+    ``segment`` sites that overlap by a third; each is phased on its own (``method`` "copy":
+    :func:`phase_diploid`; "match": the best-match heuristic :func:`.phasing.phase_window`), put in
+    phase with the segment before it by the heterozygous sites they share
+    (:func:`align_phase`), and takes over from the middle of the overlap. Returns ``(n_sites, 2n)``
+    int8 haplotypes (sample j in columns 2j, 2j + 1): phased at typed sites, the alleles as given
+    elsewhere.
+    """
+    from .phasing import phase_window
+
+    n_sites, n, _ = alleles.shape
+    out = alleles.reshape(n_sites, 2 * n).copy()
+    step = max(1, segment - segment // 3)
+    k = reference.shape[1]
+    g = 0
+    for contig in dict.fromkeys(chrom.tolist()):
+        sites = np.flatnonzero(typed & (chrom == contig))
+        if len(sites) == 0:
+            continue
+        starts = list(range(0, max(len(sites) - segment, 0) + 1, step))
+        if starts[-1] + segment < len(sites):
+            starts.append(len(sites) - segment)
+        previous: tuple[int, int, np.ndarray] | None = None  # (start, end, (n, 2, s)) in site order
+        for lo in starts:
+            hi = min(lo + segment, len(sites))
+            used = sites[lo:hi]
+            geno = np.transpose(alleles[used], (1, 0, 2))  # (n, s, 2)
+            if method == "match":
+                haps = phase_window(geno, phased[used].T, reference[used].T)
+            else:
+                rho = switch_probabilities(cm[used], k, settings.ne)
+                haps = phase_diploid(
+                    geno, phased[used].T, reference[used], rho, settings, np.random.default_rng(seed + g)
+                )
+            g += 1
+            first = lo
+            if previous is not None:
+                p_lo, p_hi, p_haps = previous
+                overlap = p_hi - lo
+                if overlap > 0:
+                    swap = align_phase(p_haps[:, :, lo - p_lo :], haps[:, :, :overlap])
+                    haps[swap] = haps[swap][:, ::-1]
+                    first = lo + overlap // 2  # the previous segment keeps the first half
+            keep = slice(first - lo, hi - lo)
+            out[sites[first:hi]] = haps[:, :, keep].transpose(2, 0, 1).reshape(hi - first, 2 * n)
+            previous = (lo, hi, haps)
+    return out
 
 
 def _lowest(score: np.ndarray, m: int) -> np.ndarray:
@@ -350,15 +411,23 @@ def _decode_pairs(
     s = ref.shape[0]
     log_match, log_miss = np.log1p(-settings.error), np.log(settings.error)
     out = np.empty((len(todo), 2, s), dtype=np.int8)
+    ref8 = ref.astype(np.int8)
+    gap = np.float32(log_match - log_miss)
     for chunk in np.array_split(np.arange(len(todo)), max(1, len(todo) // 32)):
         rows = todo[chunk]
-        h = np.transpose(ref[:, cand[chunk]], (1, 0, 2))  # (c, s, L): candidate alleles
-        hi, hj = h[:, :, :, None], h[:, :, None, :]
-        d = dose[rows][:, :, None, None]
-        ph = (phased[rows] & observed[rows])[:, :, None, None]
-        first, second = a[rows][:, :, None, None], b[rows][:, :, None, None]
-        match = np.where(ph, (hi == first) & (hj == second), (hi + hj) == d)
-        log_e = np.where(match, log_match, log_miss).astype(np.float32)
+        h = np.transpose(ref8[:, cand[chunk]], (1, 0, 2))  # (c, s, L): candidate alleles
+        pair_dose = h[:, :, :, None] + h[:, :, None, :]  # (c, s, L, L)
+        log_e = np.equal(pair_dose, dose[rows][:, :, None, None]).astype(np.float32)
+        log_e *= gap
+        log_e += np.float32(log_miss)
+        # phased heterozygous calls: each haplotype emits its own allele (ordered pairs)
+        ph_c, ph_s = np.nonzero(phased[rows] & observed[rows] & (a[rows] != b[rows]))
+        if len(ph_c):
+            hc = h[ph_c, ph_s]  # (m, L)
+            ordered = (hc[:, :, None] == a[rows][ph_c, ph_s][:, None, None]) & (
+                hc[:, None, :] == b[rows][ph_c, ph_s][:, None, None]
+            )
+            log_e[ph_c, ph_s] = np.where(ordered, np.float32(log_match), np.float32(log_miss))
         log_e[~observed[rows]] = 0.0
         path_i, path_j = _viterbi_pairs(log_e, rho, n_cand)
         pick = np.arange(len(chunk))[:, None]
@@ -386,18 +455,21 @@ def _viterbi_pairs(log_e: np.ndarray, rho: np.ndarray, n_cand: int) -> tuple[np.
     stay = np.log1p(-rho + rho / L).astype(np.float32)  # (s - 1,) keep one haplotype
     move = np.log(rho / L).astype(np.float32)  # switch one to a given haplotype
     scores = np.empty((s, c, L, L), dtype=np.float32)
-    delta = log_e[:, 0] - np.float32(2 * np.log(L))
-    scores[0] = delta
+    delta = scores[0]
+    np.subtract(log_e[:, 0], np.float32(2 * np.log(L)), out=delta)
     for t in range(1, s):
         st, mv = stay[t - 1], move[t - 1]
-        best = delta + 2 * st
-        np.maximum(best, delta.max(axis=2, keepdims=True) + (st + mv), out=best)
-        np.maximum(best, delta.max(axis=1, keepdims=True) + (st + mv), out=best)
-        np.maximum(best, delta.max(axis=(1, 2), keepdims=True) + 2 * mv, out=best)
+        row_max = delta.max(axis=2, keepdims=True)  # (c, L, 1)
+        col_max = delta.max(axis=1, keepdims=True)  # (c, 1, L)
+        top = row_max.max(axis=1, keepdims=True)  # (c, 1, 1)
+        best = scores[t]
+        np.add(delta, 2 * st, out=best)
+        np.maximum(best, row_max + (st + mv), out=best)
+        np.maximum(best, col_max + (st + mv), out=best)
+        np.maximum(best, top + 2 * mv, out=best)
         best += log_e[:, t]
-        best -= best.max(axis=(1, 2), keepdims=True)
+        best -= top  # keeps the scores near 0 (the path is unchanged by a shift per step)
         delta = best
-        scores[t] = delta
     rows = np.arange(c)
     path_i = np.zeros((c, s), dtype=np.int64)
     path_j = np.zeros((c, s), dtype=np.int64)
@@ -442,12 +514,12 @@ __all__ = [
     "CopyingSettings",
     "NE_GRID",
     "align_phase",
-    "copy_window",
+    "copy_impute",
     "genetic_positions",
     "haploid_posteriors",
     "interpolate_sites",
     "phase_diploid",
-    "phase_window_inputs",
+    "phase_typed_sites",
     "read_genetic_map",
     "switch_probabilities",
 ]

@@ -71,13 +71,12 @@ from ..training.trainer import Batch, ProgressBar, Trainer
 from .copying import (
     NE_GRID,
     CopyingSettings,
-    align_phase,
-    copy_window,
+    copy_impute,
     genetic_positions,
-    phase_window_inputs,
+    phase_typed_sites,
     read_genetic_map,
 )
-from .phasing import check_phased, phase_window, unphased_heterozygotes
+from .phasing import check_phased, unphased_heterozygotes
 from .presets import Mode, genomics_configs
 from .windows import (
     Window,
@@ -455,7 +454,8 @@ class GenotypeImputer:
         ``checkpoint``: a directory where each finished window's result is written; a later call
         with the same inputs and imputer reads the windows found there instead of computing them
         again (a killed run resumes; one of other inputs raises). ``n_jobs``: windows computed at
-        once in threads ("copy" and "knn"; the table models run one window at a time).
+        once in threads ("knn"; the table models run one window at a time). "copy" has no windows:
+        it runs one forward-backward pass along each contig.
         """
         self._check_fitted()
         alleles = np.asarray(alleles)
@@ -491,35 +491,38 @@ class GenotypeImputer:
             else None
         )
 
+        # unphased inputs: phased once, segment by segment along each contig (not per window)
+        phased_haps = self._phase_inputs(alleles, phased) if needs_phasing else haps
+        freq = self.alt_frequency_[:, None]
+        if self.model == COPYING:  # one pass along each contig, no windows (as Beagle's HMM)
+            p = copy_impute(
+                self.reference_,
+                self.cm_,
+                self.sites_.chrom,
+                self.typed_,
+                phased_haps,
+                self.modelled_,
+                self.copying_,
+            )
+            out = np.where(np.isnan(p), freq, p).astype(np.float64)
+            t_haps = phased_haps[typed_idx]
+            out[typed_idx] = np.where(t_haps >= 0, t_haps.astype(np.float64), out[typed_idx])
+            self.phased_inputs_ = phased_haps
+            return out.reshape(n_sites, n_samples, 2).astype(np.float32)
+
         def window_result(k: int) -> _WindowResult:
             if store is not None and (done := store.load(k)) is not None:
                 return done
-            window = self.windows_[k]
-            q_haps, used, window_haps = haps, None, None
-            if needs_phasing:
-                used, window_haps = self._phase_inputs(alleles, phased, window, k)
-                q_haps = haps.copy()
-                q_haps[used] = window_haps.reshape(-1, len(used)).T  # sample j -> columns 2j, 2j+1
-            result = _WindowResult(*self._predict_window(k, window, q_haps), used, window_haps)
+            result = _WindowResult(*self._predict_window(k, self.windows_[k], phased_haps))
             if store is not None:
                 store.save(k, result)
             return result
 
-        previous: tuple[np.ndarray, np.ndarray] | None = None  # last window's (sites, phased haps)
-        phased_haps = haps.copy() if needs_phasing else haps  # typed alleles as phased by the windows
         threads = n_jobs if self.model in BASELINES else 1
         with ThreadPoolExecutor(max_workers=threads) as pool:
             results = pool.map(window_result, range(len(self.windows_))) if threads > 1 else None
             for k, window in enumerate(self._progress(self.windows_, "imputing")):
                 r = next(results) if results is not None else window_result(k)
-                if r.used is not None and r.window_haps is not None:
-                    # windows are phased on their own: put each in phase with the one before it
-                    if previous is not None and self.windows_[k - 1].contig == window.contig:
-                        shared, i_prev, i_cur = np.intersect1d(previous[0], r.used, return_indices=True)
-                        if shared.size:
-                            r.swap(align_phase(previous[1][:, :, i_prev], r.window_haps[:, :, i_cur]))
-                    previous = (r.used, r.window_haps)
-                    phased_haps[r.used] = r.window_haps.reshape(-1, len(r.used)).T
                 real = window.targets >= 0
                 t_idx = window.targets[real]
                 w = window.target_weights[real]
@@ -530,7 +533,6 @@ class GenotypeImputer:
                     i_rows = typed_row[window.inputs[used]]
                     typed_sum[i_rows] += r.input_p[:, used].T
                     typed_count[i_rows] += 1.0
-        freq = self.alt_frequency_[:, None]
         out = np.where(weight[:, None] > 0, total / np.where(weight > 0, weight, 1.0)[:, None], freq)
         # typed sites: observed alleles; missing ones from the windows' reconstruction, else AF
         t_haps = phased_haps[typed_idx]
@@ -564,22 +566,31 @@ class GenotypeImputer:
         """Whether prediction reads the panel's haplotypes (else only the fitted models)."""
         return self.mode == "shared" or self.model in BASELINES or self.unphased != "error"
 
-    def _phase_inputs(
-        self, alleles: np.ndarray, phased: np.ndarray, window: Window, index: int
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """``(typed sites of the window, (n_samples, 2, n_used) phased haplotypes there)``."""
+    def _window_inputs(self, windows: list[Window] | None = None) -> np.ndarray:
+        """Bool per panel site: typed sites that are an input of some window (those phased)."""
+        used = np.zeros(len(self.sites_), dtype=bool)
+        for w in self.windows_ if windows is None else windows:
+            used[w.inputs[w.inputs >= 0]] = True
+        return used
+
+    def _phase_inputs(self, alleles: np.ndarray, phased: np.ndarray) -> np.ndarray:
+        """``(n_sites, 2 n_samples)`` haplotypes with the typed sites phased (see
+        :func:`.copying.phase_typed_sites`) where they are a window's input: by the diploid copying
+        model, or the best-match heuristic with ``unphased="match"``."""
         if self.reference_ is None:
             raise RuntimeError("phasing needs the reference haplotypes; this imputer was saved without them")
-        if self.unphased == "match":
-            used = window.inputs[window.inputs >= 0]
-            geno = np.transpose(alleles[used], (1, 0, 2))  # (n_samples, s, 2)
-            return used, phase_window(geno, phased[used].T, self.reference_[used].T)
-        rng = np.random.default_rng(self.random_state + index)
-        return phase_window_inputs(self.reference_, self.cm_, window, alleles, phased, self.copying_, rng)
-
-    def _predict_copying(self, window: Window, haps: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        """The copying model on one window: target and (where missing) input ALT probabilities."""
-        return copy_window(self.reference_, self.cm_, window, haps, self.copying_)
+        return phase_typed_sites(
+            self.reference_,
+            self.cm_,
+            self.sites_.chrom,
+            self._window_inputs(),
+            alleles,
+            phased,
+            self.copying_,
+            self.random_state,
+            segment=self.spec.n_inputs,
+            method="match" if self.unphased == "match" else "copy",
+        )
 
     def _pick_ne(self, settings: CopyingSettings) -> float:
         """``ne`` of the copying model: best pooled dosage r^2 of held-out reference samples (10%,
@@ -600,31 +611,32 @@ class GenotypeImputer:
             alleles = np.sort(alleles, axis=2)
         phased = np.full(alleles.shape[:2], not unphased)
         windows = [self.windows_[i] for i in np.sort(rng.permutation(len(self.windows_))[:4])]
-        truth = np.concatenate(
-            [truth_alleles[w.targets[w.targets >= 0]].sum(axis=2).ravel() for w in windows]
-        ).astype(np.float64)
         # phased once, at ne = 1e5 (the phase depends little on it), then copied at each ne
-        queries = []
-        for k, w in enumerate(windows):
-            haps = alleles.reshape(len(self.typed_), -1)
-            if unphased:
-                middle = dataclasses.replace(settings, ne=1e5)
-                used, window_haps = phase_window_inputs(
-                    reference, self.cm_, w, alleles, phased, middle, np.random.default_rng(k)
-                )
-                haps = haps.copy()
-                haps[used] = window_haps.reshape(-1, len(used)).T
-            queries.append(haps)
+        haps = alleles.reshape(len(self.typed_), -1)
+        if unphased:
+            haps = phase_typed_sites(
+                reference,
+                self.cm_,
+                self.sites_.chrom,
+                self._window_inputs(windows),
+                alleles,
+                phased,
+                dataclasses.replace(settings, ne=1e5),
+                self.random_state,
+                segment=self.spec.n_inputs,
+            )
+        wanted = np.zeros(len(self.typed_), dtype=bool)
+        for w in windows:
+            wanted[w.targets[w.targets >= 0]] = True
+        truth = truth_alleles[wanted].sum(axis=2).ravel().astype(np.float64)
         scores: dict[float, float] = {}
 
         def score(ne: float) -> float:
             if ne not in scores:
                 trial = dataclasses.replace(settings, ne=ne)
-                preds = []
-                for w, haps in zip(windows, queries):
-                    p = copy_window(reference, self.cm_, w, haps, trial)[0][:, w.targets >= 0]  # (2n, t)
-                    preds.append(p.reshape(n_val, 2, -1).sum(axis=1).T.ravel())
-                scores[ne] = _pearson_r2(truth, np.concatenate(preds))
+                p = copy_impute(reference, self.cm_, self.sites_.chrom, self.typed_, haps, wanted, trial)
+                dosage = p[wanted].reshape(-1, n_val, 2).sum(axis=2).ravel()
+                scores[ne] = _pearson_r2(truth, dosage)
             return scores[ne]
 
         best = max(NE_GRID, key=score)  # decades, then the half-decades either side of the best
@@ -638,8 +650,6 @@ class GenotypeImputer:
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """``(target ALT probabilities (n_haps, target_slots), input ALT probabilities or None)``."""
         spec = self.spec
-        if self.model == COPYING:
-            return self._predict_copying(window, haps)
         q_in_bits = gather_bits(haps, window.inputs)  # (n_q, input_slots), -1 missing
         if self.model in BASELINES:
             r_in = gather_bits(self.reference_, window.inputs)
@@ -798,27 +808,11 @@ class GenotypeImputer:
 
 @dataclasses.dataclass
 class _WindowResult:
-    """One window's output before it is put in phase with its neighbours: ALT probabilities of the
-    targets ``(n_haps, target_slots)`` and of missing inputs (or None); with phasing, the typed
-    sites used and the window's phased haplotypes ``(n_samples, 2, n_used)``."""
+    """One window's output: ALT probabilities of the targets ``(n_haps, target_slots)`` and of
+    missing inputs (or None)."""
 
     target_p: np.ndarray
     input_p: np.ndarray | None
-    used: np.ndarray | None = None
-    window_haps: np.ndarray | None = None
-
-    def swap(self, samples: np.ndarray) -> None:
-        """Exchange the two haplotypes of ``samples`` (bool per sample) in every array."""
-        if not samples.any():
-            return
-        assert self.window_haps is not None
-        self.window_haps[samples] = self.window_haps[samples][:, ::-1]
-        rows = np.repeat(samples, 2)
-        order = np.arange(len(rows)).reshape(-1, 2)[:, ::-1].ravel()  # 2j <-> 2j + 1
-        for name in ("target_p", "input_p"):
-            p = getattr(self, name)
-            if p is not None:
-                p[rows] = p[order][rows]
 
 
 class _WindowStore:
@@ -847,7 +841,7 @@ class _WindowStore:
             return None
         with np.load(self._file(k), allow_pickle=False) as z:
             got = {name: z[name] for name in z.files}
-        return _WindowResult(got["target_p"], got.get("input_p"), got.get("used"), got.get("window_haps"))
+        return _WindowResult(got["target_p"], got.get("input_p"))
 
     def save(self, k: int, result: _WindowResult) -> None:
         arrays = {n: v for n, v in dataclasses.asdict(result).items() if v is not None}
