@@ -73,7 +73,7 @@ PLAN: dict[str, dict[str, Any]] = {
         "n_blocks": 0,
         "n_inputs": 150,
         "whole": True,
-        "methods": ["copy", "beagle", "knn"],
+        "methods": ["copy", "copy-panel", "beagle", "knn"],
     },
 }
 # model runs: name -> impute-vcf arguments
@@ -690,7 +690,10 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     json_path = Path(str(out) + ".json")
     earlier = json.loads(json_path.read_text()) if args.resume and json_path.exists() else {}
-    same_settings = all(earlier.get(k) == results[k] for k in ("steps", "model_settings", "code"))
+    # kept results must come from the same package code (the commit may differ in benchmarks/ only)
+    same_settings = all(earlier.get(k) == results[k] for k in ("steps", "model_settings")) and (
+        str(earlier.get("code", "")).split(", ")[-1] == results["code"].split(", ")[-1]
+    )
     for panel in args.panels.split(","):
         n_blocks = 1 if args.quick else PLAN[panel]["n_blocks"]
         split = prepare(panel, args.seed, n_blocks, phased_targets=args.phased_targets)
