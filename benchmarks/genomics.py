@@ -517,12 +517,15 @@ def write_report(results: dict[str, Any], path: Path) -> None:
         "- `wall s` and `CPU s` include starting Python and importing torch (about 7 CPU s), reading "
         "the VCFs and writing the output; `fit s` / `impute s` are the model's own stages from the "
         "run summary. Beagle's peak memory is the resident memory of its JVM.",
-        "- `copy` is the Li-Stephens copying model Beagle also rests on, written here in NumPy: "
-        "forward-backward over each window's typed sites against every reference haplotype, "
-        "posteriors interpolated in cM to the untyped sites; unphased targets are phased per window "
-        "by Viterbi over pairs of 40 candidate haplotypes (one refinement), windows put in phase "
-        "with each other; its `ne` is picked on held-out reference samples at fit time. It trains "
-        "nothing, which is why it fits a CPU budget.",
+        "- `copy` is the Li-Stephens copying model Beagle also rests on, written here in NumPy: one "
+        "forward-backward pass along each contig's typed sites against every reference haplotype, "
+        "posteriors interpolated in cM to the untyped sites; unphased targets are phased first, in "
+        "overlapping segments of 150 typed sites, by Viterbi over pairs of 40 candidate haplotypes "
+        "(one refinement pass) and stitched in phase; its `ne` is picked on held-out reference "
+        "samples at fit time. It trains nothing, which is why it fits a CPU budget. What each of "
+        "these choices is worth: `genomics_levers.md`.",
+        "- Its wall time includes about 4 s of starting Python and importing the package (torch "
+        "among it), which is most of the 1kgp_first1000 run; Beagle's JVM starts in under a second.",
         "- The transformers here trained for a few hundred steps; their rare-variant R² is near 0 "
         "(they predict the window's allele frequency there), which is where Beagle's HMM, the "
         "copying model and the k-NN copy whole haplotypes. These are budget-bound numbers, not the "
@@ -694,6 +697,7 @@ def main(argv: list[str] | None = None) -> int:
     same_settings = all(earlier.get(k) == results[k] for k in ("steps", "model_settings")) and (
         str(earlier.get("code", "")).split(", ")[-1] == results["code"].split(", ")[-1]
     )
+    kept = ran = 0
     for panel in args.panels.split(","):
         n_blocks = 1 if args.quick else PLAN[panel]["n_blocks"]
         split = prepare(panel, args.seed, n_blocks, phased_targets=args.phased_targets)
@@ -706,10 +710,12 @@ def main(argv: list[str] | None = None) -> int:
             done = {r["method"]: r for r in old["methods"] if "error" not in r}
         for method in [m for m in methods if m in PLAN[panel].get("methods", methods)]:
             if method in done:
+                kept += 1
                 block["methods"].append(done[method])
                 print(f"{panel} {method}: kept from {json_path.name}", flush=True)
                 continue
             r = run_method(panel, method, steps, args.quick)
+            ran += 1
             block["methods"].append(r)
             # written after every method, so a stopped run keeps what it finished (--resume)
             json_path.write_text(json.dumps(results, indent=2, default=float))
@@ -719,6 +725,11 @@ def main(argv: list[str] | None = None) -> int:
             }
             print(f"[{time.perf_counter() - start:6.0f}s] {panel} {method}: {brief}", flush=True)
     results["total_minutes"] = (time.perf_counter() - start) / 60
+    if kept:  # a resumed run: say which runs made the cells, and their time together
+        results["command"] = (
+            f"{earlier['command']}; then {results['command']} (the {ran} cells missing before)"
+        )
+        results["total_minutes"] += earlier.get("total_minutes", 0.0)
     results["reductions"] = reductions(results, args)
     json_path.write_text(json.dumps(results, indent=2, default=float))
     write_report(results, Path(str(out) + ".md"))
@@ -737,8 +748,9 @@ def reductions(results: dict[str, Any], args: argparse.Namespace) -> list[str]:
         "1e-2 (paper 1e-3), dropout 0.1 (paper 0.4), no attention dropout"
         + (f"; overrides {' '.join(MODEL_SETTINGS[1::2])} (paper e=16)" if MODEL_SETTINGS else "")
         + ".",
-        "Evaluated sites: random blocks of 100 consecutive untyped sites (see each panel), not whole "
-        "chromosomes; every method sees only the array sites plus those blocks.",
+        "Evaluated sites: random blocks of 100 consecutive untyped sites (see each panel); every "
+        "method sees only the array sites plus those blocks. shapeit4_chr20_whole is the exception: "
+        "the whole 3 Mb region, every untyped site, real chip genotypes.",
         "1kgp_first1000: only 24 Omni2.5 sites fall in the first 1000 variants (39 kb), so each window "
         "has 24 typed inputs (padded to 25) instead of 150.",
         "shapeit4_chr20: 50 of the 300 reference samples held out as test (the 203 target samples "
