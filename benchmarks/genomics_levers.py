@@ -117,7 +117,7 @@ def write_report(results: dict[str, Any], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--panels", default=",".join(bench.PLAN))
+    parser.add_argument("--panels", default=",".join(p for p in bench.PLAN if not bench.PLAN[p].get("whole")))
     parser.add_argument("--out", default=str(bench.RESULTS / "genomics_levers"))
     args = parser.parse_args(argv)
     results: dict[str, Any] = {
