@@ -47,9 +47,9 @@ from typing import Any
 
 import numpy as np
 
-from semiparam.data.genotypes import GenotypeData
 from semiparam.datasets import data_dir
 from semiparam.genomics import (
+    GenotypeData,
     evaluate_imputation,
     minor_allele_frequency,
     read_positions,

@@ -7,6 +7,7 @@ nearest-haplotype baseline.
 VCF input/output needs the ``genomics`` extra (``pip install 'semiparam[genomics]'``, cyvcf2).
 """
 
+from ..data.genotypes import GenotypeData, HaplotypePanel, VariantSites
 from ..data.vcf import read_positions, read_reference_panel, read_vcf
 from ..data.vcf_writer import write_genotypes_vcf
 from .copying import CopyingSettings, read_genetic_map
@@ -30,7 +31,10 @@ __all__ = [
     "AlignedTargets",
     "AlignmentReport",
     "CopyingSettings",
+    "GenotypeData",
     "GenotypeImputer",
+    "HaplotypePanel",
+    "VariantSites",
     "Window",
     "WindowSpec",
     "align_targets",
