@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -32,30 +33,7 @@ def add_impute_vcf_parser(sub: argparse._SubParsersAction) -> None:  # type: ign
         help="typed array positions ('chrom pos' per line, gzip ok, or a VCF); default: every target site",
     )
     p.add_argument("--region", help="chrom:start-end to read from both files (needs indexes)")
-    p.add_argument(
-        "--model",
-        default="copy",
-        help="copy (haplotype copying, default) | spin | npt | knn (nearest-haplotype baseline) | any "
-        "registered model",
-    )
-    p.add_argument(
-        "--map",
-        dest="genetic_map",
-        help="genetic map, PLINK 'chrom id cM bp' or SHAPEIT 'pos chr cM' (gzip ok); default 1 cM/Mb",
-    )
-    p.add_argument(
-        "--mode",
-        default="per-window",
-        choices=["per-window", "shared"],
-        help="one model per window, or one meta-learned model shared by all windows",
-    )
-    p.add_argument("--preset", default="cpu", help="cpu | paper16 | paper64")
-    p.add_argument("--steps", type=int, help="training steps (per window, or in all for --mode shared)")
-    p.add_argument("--n-inputs", type=int, default=150, help="typed sites per window (default 150)")
-    p.add_argument("--window-targets", type=int, default=100, help="untyped sites per window (default 100)")
-    p.add_argument(
-        "--overlap", type=int, default=20, help="untyped sites shared by consecutive windows (default 20)"
-    )
+    _model_arguments(p)
     p.add_argument("--kmer", type=int, default=5, help="alleles per token (default 5: 32 classes)")
     p.add_argument(
         "--min-mac", type=int, default=1, help="model untyped sites with at least this minor allele count"
@@ -92,7 +70,8 @@ def add_impute_vcf_parser(sub: argparse._SubParsersAction) -> None:  # type: ign
     p.add_argument(
         "--resume",
         action="store_true",
-        help="reuse the windows that a killed run of the same command finished (<out>.partial/)",
+        help="go on from the chunks (windows with --panel or a table model) that a killed run of the "
+        "same command finished (<out>.partial/)",
     )
     p.add_argument(
         "--threads", type=int, default=1, help="windows imputed at once, in threads (knn; default 1)"
@@ -105,8 +84,6 @@ def add_impute_vcf_parser(sub: argparse._SubParsersAction) -> None:  # type: ign
         "so memory does not grow with the chromosome",
     )
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--quiet", action="store_true", help="no progress output")
     from .main import ray_options
 
     ray_options(p, "the per-window models")
@@ -124,23 +101,68 @@ def add_fit_panel_parser(sub: argparse._SubParsersAction) -> None:  # type: igno
     p.add_argument("ref", help="phased reference panel (VCF, VCF.gz or BCF)")
     p.add_argument("--out", required=True, help="directory to write")
     p.add_argument(
-        "--model", default="copy", help="copy (default) | knn | spin | npt (these need --array-sites)"
-    )
-    p.add_argument(
         "--array-sites", help="typed array positions ('chrom pos' per line); needed by table models"
     )
-    p.add_argument("--map", dest="genetic_map", help="genetic map (PLINK or SHAPEIT format); default 1 cM/Mb")
     p.add_argument("--region", help="chrom:start-end to read (needs an index)")
-    p.add_argument("--mode", default="per-window", choices=["per-window", "shared"])
+    _model_arguments(p)
+    p.add_argument("--force", action="store_true", help="replace an existing --out directory")
+    p.set_defaults(func=cmd_fit_panel)
+
+
+def _model_arguments(p: argparse.ArgumentParser) -> None:
+    """The model, window and seed options that fit-panel and impute-vcf share."""
+    p.add_argument(
+        "--model",
+        default="copy",
+        help="copy (haplotype copying, default) | knn (nearest-haplotype baseline) | spin | npt | any "
+        "registered model (the table models need the typed sites: a target, or --array-sites)",
+    )
+    p.add_argument(
+        "--map",
+        dest="genetic_map",
+        help="genetic map, PLINK 'chrom id cM bp' or SHAPEIT 'pos chr cM' (gzip ok); default 1 cM/Mb",
+    )
+    p.add_argument(
+        "--mode",
+        default="per-window",
+        choices=["per-window", "shared"],
+        help="one model per window, or one meta-learned model shared by all windows",
+    )
     p.add_argument("--preset", default="cpu", help="cpu | paper16 | paper64")
-    p.add_argument("--steps", type=int, help="training steps of a table model")
+    p.add_argument("--steps", type=int, help="training steps (per window, or in all for --mode shared)")
     p.add_argument("--n-inputs", type=int, default=150, help="typed sites per window (default 150)")
     p.add_argument("--window-targets", type=int, default=100, help="untyped sites per window (default 100)")
-    p.add_argument("--overlap", type=int, default=20, help="untyped sites shared by consecutive windows")
-    p.add_argument("--force", action="store_true", help="replace an existing --out directory")
+    p.add_argument(
+        "--overlap", type=int, default=20, help="untyped sites shared by consecutive windows (default 20)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quiet", action="store_true", help="no progress output")
-    p.set_defaults(func=cmd_fit_panel)
+
+
+def _model_params(args: argparse.Namespace) -> dict[str, object]:
+    """GenotypeImputer settings from :func:`_model_arguments`'s options."""
+    return {
+        "model": args.model,
+        "mode": args.mode.replace("-", "_"),
+        "preset": args.preset,
+        "max_steps": args.steps,
+        "n_inputs": args.n_inputs,
+        "window_targets": args.window_targets,
+        "overlap": args.overlap,
+        "genetic_map": args.genetic_map,
+        "random_state": args.seed,
+        "verbose": False if args.quiet else None,
+    }
+
+
+def _logger(args: argparse.Namespace) -> Callable[[str], None]:
+    start = time.perf_counter()
+
+    def log(message: str) -> None:
+        if not args.quiet:
+            print(f"[{time.perf_counter() - start:7.1f}s] {message}", file=sys.stderr, flush=True)
+
+    return log
 
 
 def cmd_fit_panel(args: argparse.Namespace) -> int:
@@ -148,29 +170,14 @@ def cmd_fit_panel(args: argparse.Namespace) -> int:
     from .main import check_writable
 
     check_writable(args.out, args.force)
-    start = time.perf_counter()
-
-    def log(message: str) -> None:
-        if not args.quiet:
-            print(f"[{time.perf_counter() - start:7.1f}s] {message}", file=sys.stderr, flush=True)
-
     summary = fit_panel(
         args.ref,
         args.out,
         array_sites=args.array_sites,
         region=args.region,
         overwrite=args.force,
-        log=log,
-        model=args.model,
-        mode=args.mode.replace("-", "_"),
-        preset=args.preset,
-        max_steps=args.steps,
-        n_inputs=args.n_inputs,
-        window_targets=args.window_targets,
-        overlap=args.overlap,
-        genetic_map=args.genetic_map,
-        random_state=args.seed,
-        verbose=False if args.quiet else None,
+        log=_logger(args),
+        **_model_params(args),
     )
     (Path(args.out) / "fit_summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return 0
@@ -190,12 +197,6 @@ def cmd_impute_vcf(args: argparse.Namespace) -> int:
     if args.save_model:
         check_writable(args.save_model, args.force)
     model_options, train_options = load_settings(args.config, args.set or [])
-    start = time.perf_counter()
-
-    def log(message: str) -> None:
-        if not args.quiet:
-            print(f"[{time.perf_counter() - start:7.1f}s] {message}", file=sys.stderr, flush=True)
-
     try:
         summary = impute_vcf(
             args.ref,
@@ -211,24 +212,15 @@ def cmd_impute_vcf(args: argparse.Namespace) -> int:
             resume=args.resume,
             n_jobs=args.threads,
             chunk_sites=args.chunk_sites,
-            log=log,
-            model=args.model,
-            mode=args.mode.replace("-", "_"),
-            preset=args.preset,
-            max_steps=args.steps,
-            n_inputs=args.n_inputs,
-            window_targets=args.window_targets,
-            overlap=args.overlap,
+            log=_logger(args),
+            **_model_params(args),
             kmer=args.kmer,
             min_mac=args.min_mac,
             unphased=args.unphased,
-            genetic_map=args.genetic_map,
             knn_neighbors=args.knn_neighbors,
             model_options=model_options or None,
             train_options=train_options or None,
             device=args.device,
-            random_state=args.seed,
-            verbose=False if args.quiet else None,
             backend=args.backend,
             ray_address=args.ray_address,
         )
