@@ -6,16 +6,18 @@ the ``K`` reference haplotypes it copies at each typed site, the copied haplotyp
 neighbouring typed sites with probability ``rho = 1 - exp(-4 ne d / K)`` (``d``: genetic distance in
 Morgans), and an allele is emitted with mismatch probability ``error``. The posterior over states
 at a typed site is an attention distribution over the reference rows, sharpened by every typed
-site of the window through the forward-backward recursions instead of by one dot product; an
+site of the contig through the forward-backward recursions (:func:`copy_impute`, one pass along
+each contig per block of queries, as Beagle runs its HMM) instead of by one dot product; an
 untyped site is the posterior-weighted mean of the reference alleles there, with posteriors
 interpolated linearly in genetic distance between the flanking typed sites (Beagle's rule).
 
-Unphased targets are phased first, per window: a diploid copying model whose states are ordered
-pairs of reference haplotypes, restricted to the ``n_candidates`` haplotypes that contradict the
-fewest homozygous calls of the sample in the window, decoded by Viterbi; the decoded pair fixes the
-phase of every heterozygous call (phased calls keep theirs). Each phased haplotype then copies
-from the whole panel. Consecutive windows are put in phase with each other by the heterozygous
-inputs they share (:func:`align_phase`).
+Unphased targets are phased first (:func:`phase_typed_sites`), in overlapping segments of typed
+sites: a diploid copying model whose states are ordered pairs of reference haplotypes, restricted
+to the ``n_candidates`` haplotypes that contradict the fewest homozygous calls of the sample in the
+segment (then, in a refinement pass, those nearest to the decoded haplotypes), decoded by Viterbi;
+the decoded pair fixes the phase of every heterozygous call (phased calls keep theirs).
+Consecutive segments are put in phase with each other by the heterozygous sites they share
+(:func:`align_phase`).
 
 NOTE[DIFF]: not in the SPIN paper, whose genomics models are the table transformers alone. The
 issue asks for a haplotype-copying component next to the learned model; this is it, and it is the

@@ -9,8 +9,9 @@ probability at every site.
 Models, by ``model``:
 
 - ``"copy"`` (the default): haplotype copying (Li and Stephens), each target haplotype a mosaic of
-  the reference haplotypes that match it locally, decoded by forward-backward over the window's
-  typed sites (see :mod:`.copying`); nothing is trained, ``fit`` only stores the panel;
+  the reference haplotypes that match it locally, decoded by forward-backward along each contig's
+  typed sites (see :mod:`.copying`); nothing is trained: ``fit`` stores the panel and picks ``ne``
+  on held-out reference samples; it uses windows only to choose which typed sites to phase;
 - any table model of :mod:`semiparam.models.registry` (``"npt"``, ``"spin"``...), trained through
   :class:`~semiparam.estimators._engine.TableLearner` with chunk masking (spec-spin section 3.2):
   each step hides *all* target tokens of a fraction ``p_target`` of the batch's rows, the other
@@ -27,11 +28,11 @@ SPIN: encoded into inducing points): the paper's meta-learned model across genom
 
 Missing genotypes at typed sites are filled too: their K-mer token is hidden from the model and
 predicted from the other inputs, conditionally on the bits of the K-mer that are known.
-Unphased targets (the normal output of a genotyping array) are phased per window before
-imputation: ``unphased="phase"`` (default) by Viterbi decoding of a diploid copying model
-(:func:`.copying.phase_diploid`), consecutive windows kept in phase with each other;
-``"match"`` by the older best-match heuristic (:func:`.phasing.phase_window`); ``"error"``
-refuses them. Phased inputs keep their phase.
+Unphased targets (the normal output of a genotyping array) are phased before imputation, in
+overlapping segments of typed sites stitched in phase (:func:`.copying.phase_typed_sites`):
+``unphased="phase"`` (default) by Viterbi decoding of a diploid copying model
+(:func:`.copying.phase_diploid`), ``"match"`` by the older best-match heuristic
+(:func:`.phasing.phase_window`); ``"error"`` refuses them. Phased inputs keep their phase.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ A chunk is ``chunk_sites`` consecutive panel sites (its *core*) plus, on each si
 sites up to the ``2 * n_inputs``-th typed site (its *margins*), so the windows that impute the core
 see the same typed inputs as they would in the whole file; only the core's sites are written. The
 copying model's ``ne`` (or k-NN's ``k``) is picked on the first chunk and kept for the others.
-Unphased targets are phased per window; consecutive chunks are put in phase with each other by the
-heterozygous typed sites their margins share, as consecutive windows are.
+Unphased targets are phased in each chunk; consecutive chunks are put in phase with each other by
+the heterozygous typed sites their margins share, as consecutive phasing segments are.
 
 Each finished chunk is kept under ``<out>.partial/`` (its VCF records, gzipped, and the state the
 next chunk needs) with the run's fingerprint; ``resume=True`` goes on after the last one, and the
