@@ -542,3 +542,20 @@ def test_fit_panel_once_then_impute_target_files(vcf_files: dict[str, Path], tmp
         fit_panel(vcf_files["ref"], tmp_path / "spin_panel", model="spin")
     with pytest.raises(FileExistsError):
         fit_panel(vcf_files["ref"], panel)
+
+
+def test_a_target_on_other_contig_names_gets_a_hint(vcf_files: dict[str, Path], tmp_path: Path) -> None:
+    from semiparam.data.genotypes import VCFError
+    from semiparam.genomics import impute_vcf
+
+    renamed = tmp_path / "chr.vcf"
+    text = cyvcf2_text(vcf_files["target"])
+    renamed.write_text(
+        "\n".join(
+            line.replace("##contig=<ID=20", "##contig=<ID=chr20") if line.startswith("#") else "chr" + line
+            for line in text.splitlines()
+        )
+        + "\n"
+    )
+    with pytest.raises(VCFError, match="differ by a 'chr' prefix"):
+        impute_vcf(vcf_files["ref"], renamed, tmp_path / "o.vcf.gz", **SHAPE)

@@ -316,6 +316,16 @@ def impute_streamed(
             dr2_count += int(state["dr2_count"])
         else:
             if not typed.any():
+                from .pipeline import _contig_hint
+
+                here = sorted(set(ext.sites.chrom[core].tolist()))
+                theirs = target.sites.contigs()
+                if not set(here) & set(theirs):
+                    raise VCFError(
+                        f"the reference panel's contig(s) {here} have no target genotypes (the target has "
+                        f"{theirs[:5]}){_contig_hint(theirs, here)}; impute the contigs the target covers, "
+                        "e.g. with --region"
+                    )
                 raise VCFError(
                     f"no typed site near {ext.sites.label(core.start)}: the targets share no site with "
                     "this part of the reference panel"
