@@ -68,6 +68,16 @@ class VariantSites:
             np.asarray(list(alt), dtype=object),
         )
 
+    @classmethod
+    def concat(cls, parts: Sequence[VariantSites]) -> VariantSites:
+        """Sites of consecutive blocks, joined in order."""
+        return cls(
+            *(
+                np.concatenate([getattr(p, name) for p in parts])
+                for name in ("chrom", "pos", "id", "ref", "alt")
+            )
+        )
+
     def subset(self, index: np.ndarray) -> VariantSites:
         return VariantSites(
             self.chrom[index], self.pos[index], self.id[index], self.ref[index], self.alt[index]

@@ -235,13 +235,7 @@ def read_vcf(
 def concat_genotypes(parts: Sequence[GenotypeData]) -> GenotypeData:
     """Blocks of one file's genotypes (same samples), joined in order."""
     first = parts[0]
-    sites = VariantSites.from_lists(
-        [c for p in parts for c in p.sites.chrom.tolist()],
-        [x for p in parts for x in p.sites.pos.tolist()],
-        [x for p in parts for x in p.sites.ref.tolist()],
-        [x for p in parts for x in p.sites.alt.tolist()],
-        [x for p in parts for x in p.sites.id.tolist()],
-    )
+    sites = VariantSites.concat([p.sites for p in parts])
     return GenotypeData(
         sites,
         list(first.samples),

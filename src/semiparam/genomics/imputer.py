@@ -44,7 +44,6 @@ import hashlib
 import json
 import math
 import os
-import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -486,11 +485,6 @@ class GenotypeImputer:
         typed_sum = np.zeros((len(typed_idx), 2 * n_samples), dtype=np.float64)
         typed_count = np.zeros((len(typed_idx), 2 * n_samples), dtype=np.float64)
         needs_phasing = bool(unphased_het.any())
-        store = (
-            _WindowStore(Path(checkpoint), self._run_fingerprint(alleles, phased))
-            if checkpoint is not None
-            else None
-        )
 
         # unphased inputs: phased once, segment by segment along each contig (not per window)
         phased_haps = self._phase_inputs(alleles, phased) if needs_phasing else haps
@@ -510,6 +504,12 @@ class GenotypeImputer:
             out[typed_idx] = np.where(t_haps >= 0, t_haps.astype(np.float64), out[typed_idx])
             self.phased_inputs_ = phased_haps
             return out.reshape(n_sites, n_samples, 2).astype(np.float32)
+
+        store = (
+            _WindowStore(Path(checkpoint), self._run_fingerprint(alleles, phased))
+            if checkpoint is not None
+            else None
+        )
 
         def window_result(k: int) -> _WindowResult:
             if store is not None and (done := store.load(k)) is not None:
@@ -822,17 +822,7 @@ class _WindowStore:
 
     def __init__(self, path: Path, fingerprint: str) -> None:
         self.path = path
-        manifest = path / "run.json"
-        if manifest.exists():
-            found = read_json(manifest).get("fingerprint")
-            if found != fingerprint:
-                raise ValueError(
-                    f"{path} holds windows of another run (other targets, panel or settings); delete it "
-                    "or run without resuming"
-                )
-        else:
-            path.mkdir(parents=True, exist_ok=True)
-            manifest.write_text(json.dumps({"fingerprint": fingerprint}))
+        claim_run_directory(path, fingerprint, "windows")
 
     def _file(self, k: int) -> Path:
         return self.path / f"window_{k:06d}.npz"
@@ -850,8 +840,21 @@ class _WindowStore:
         np.savez(tmp, **arrays)
         tmp.replace(self._file(k))
 
-    def remove(self) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
+
+def claim_run_directory(path: Path, fingerprint: str, unit: str) -> None:
+    """Make ``path`` the checkpoint directory of the run with ``fingerprint`` (``run.json``), or
+    check that it already is: a directory of another run raises rather than mixing its ``unit``
+    ("windows", "chunks") into this one."""
+    manifest = path / "run.json"
+    if manifest.exists():
+        if read_json(manifest).get("fingerprint") != fingerprint:
+            raise ValueError(
+                f"{path} holds {unit} of another run (other targets, panel or settings); delete it "
+                "or run without resuming"
+            )
+        return
+    path.mkdir(parents=True, exist_ok=True)
+    manifest.write_text(json.dumps({"fingerprint": fingerprint}))
 
 
 def _fit_window_files(imputer: GenotypeImputer, job: tuple[int, Window]) -> dict[str, bytes]:

@@ -38,6 +38,7 @@ from ..data.vcf import (
     read_vcf,
 )
 from ..data.vcf_writer import index_vcf, write_imputed_vcf
+from .alignment import TargetLookup, contig_hint
 from .imputer import BASELINES, COPYING, GenotypeImputer
 from .metrics import dosage_r2_estimate
 from .phasing import check_phased
@@ -83,13 +84,6 @@ class AlignedTargets:
     report: AlignmentReport
 
 
-def _contig_hint(target: Sequence[str], panel: Sequence[str]) -> str:
-    strip = {c.removeprefix("chr") for c in target}
-    if strip & {c.removeprefix("chr") for c in panel}:
-        return " (they differ by a 'chr' prefix: rename with `bcftools annotate --rename-chrs`)"
-    return ""
-
-
 def align_targets(
     panel_sites: VariantSites,
     target: GenotypeData,
@@ -99,59 +93,16 @@ def align_targets(
 ) -> AlignedTargets:
     """Put ``target`` genotypes on ``panel_sites`` (see the module docstring). ``allowed_typed``
     (n_panel_sites,) bool restricts typed sites further (a loaded model's typed sites)."""
-    report = AlignmentReport(n_target_sites=target.n_sites)
     panel_contigs = set(panel_sites.contigs())
     target_contigs = target.sites.contigs()
-    report.contigs_not_in_panel = [c for c in target_contigs if c not in panel_contigs]
-    if target.n_sites and len(report.contigs_not_in_panel) == len(target_contigs):
+    if target.n_sites and not set(target_contigs) & panel_contigs:
         raise VCFError(
             f"the target's contigs {target_contigs[:5]} are not in the reference panel "
-            f"{sorted(panel_contigs)[:5]}{_contig_hint(target_contigs, sorted(panel_contigs))}"
+            f"{sorted(panel_contigs)[:5]}{contig_hint(target_contigs, sorted(panel_contigs))}"
         )
-    index = {key: i for i, key in enumerate(panel_sites.keys())}
-    positions = {(c, p) for c, p in zip(panel_sites.chrom.tolist(), panel_sites.pos.tolist())}
-    n_panel, n_samples = len(panel_sites), target.n_samples
-    alleles = np.full((n_panel, n_samples, 2), -1, dtype=np.int8)
-    phased = np.ones((n_panel, n_samples), dtype=bool)
-    typed = np.zeros(n_panel, dtype=bool)
-    array_set = set(array_positions) if array_positions is not None else None
-    if array_set is not None:
-        target_contig_set = set(target_contigs)
-        if not any(c in target_contig_set for c, _ in array_set):
-            array_contigs = sorted({c for c, _ in array_set})[:5]
-            raise VCFError(
-                f"the array positions file names contigs {array_contigs}, none of which is in the "
-                f"target {target_contigs[:5]}{_contig_hint(array_contigs, target_contigs)}"
-            )
-    for t, (chrom, pos, ref, alt) in enumerate(target.sites.keys()):
-        i = index.get((chrom, pos, ref, alt))
-        flip = False
-        if i is None:
-            i = index.get((chrom, pos, alt, ref))
-            flip = i is not None
-        if i is None:
-            if (chrom, pos) in positions:
-                report.n_allele_mismatch += 1
-                report.examples.setdefault("allele_mismatch", target.sites.label(t))
-            else:
-                report.n_not_in_panel += 1
-                report.examples.setdefault("not_in_panel", target.sites.label(t))
-            continue
-        report.n_matched += 1
-        if array_set is not None and (chrom, pos) not in array_set:
-            report.n_not_on_array += 1
-            continue
-        if allowed_typed is not None and not allowed_typed[i]:
-            report.n_not_on_array += 1
-            continue
-        a = target.alleles[t]
-        if flip:
-            report.n_flipped += 1
-            a = np.where(a >= 0, 1 - a, a).astype(np.int8)
-        alleles[i] = a
-        phased[i] = target.phased[t]
-        typed[i] = True
-    report.n_typed = int(typed.sum())
+    lookup = TargetLookup(target, array_positions)
+    alleles, phased, typed = lookup.align(panel_sites, allowed=allowed_typed)
+    report = AlignmentReport(**lookup.report())
     if report.n_typed == 0:
         raise VCFError(
             "no target site can be used as input: "
@@ -159,6 +110,18 @@ def align_targets(
             + (f"; e.g. {report.examples}" if report.examples else "")
         )
     return AlignedTargets(list(target.samples), alleles, phased, typed, report)
+
+
+def _partial_directory(out: str | Path, resume: bool, say: Callable[[str], None]) -> Path:
+    """``<out>.partial``, where a run keeps its finished chunks or windows until the output is
+    written: an earlier run's is reused with ``resume``, else removed to start afresh."""
+    partial = Path(str(out) + ".partial")
+    if partial.exists() and resume:
+        say(f"resuming from {partial}")
+    elif partial.exists():
+        say(f"{partial} holds the work of an earlier run; starting afresh (--resume reuses it)")
+        shutil.rmtree(partial)
+    return partial
 
 
 def fit_panel(
@@ -258,18 +221,15 @@ def impute_vcf(
         and reference is not None
         and imputer_params.get("model", COPYING) in BASELINES
     )
+    t0 = time.perf_counter()
+    target_data, tgt_report = read_vcf(target, region=region)
+    say(f"target: {tgt_report.summary()}; {target_data.n_samples} samples")
+    summary["target_read"] = asdict(tgt_report)
+    positions = read_positions(array_sites) if array_sites is not None else None
+    timings["read_seconds"] = time.perf_counter() - t0
+    partial = _partial_directory(out, resume, say)
     if streamed:
         assert reference is not None
-        t0 = time.perf_counter()
-        target_data, tgt_report = read_vcf(target, region=region)
-        say(f"target: {tgt_report.summary()}; {target_data.n_samples} samples")
-        summary["target_read"] = asdict(tgt_report)
-        positions = read_positions(array_sites) if array_sites is not None else None
-        timings["read_seconds"] = time.perf_counter() - t0
-        partial = Path(str(out) + ".partial")
-        if partial.exists() and not resume:
-            say(f"{partial} holds chunks of an earlier run; starting afresh (--resume reuses them)")
-            shutil.rmtree(partial)
         summary.update(
             impute_streamed(
                 reference,
@@ -290,7 +250,7 @@ def impute_vcf(
         )
         shutil.rmtree(partial, ignore_errors=True)
         summary["peak_memory_mb"] = peak_memory_mb()
-        summary["read_seconds"] = timings["read_seconds"]
+        summary["read_seconds"] = timings["read_seconds"]  # of the target; the panel is read in chunks
         summary["total_seconds"] = time.perf_counter() - start
         say(
             f"wrote {out}: {summary['n_samples']} samples x {summary['n_sites_written']} sites "
@@ -316,10 +276,6 @@ def impute_vcf(
         say(f"reference: {ref_report.summary()}; {panel.n_haplotypes} haplotypes")
         summary["reference_read"] = asdict(ref_report)
         panel_sites, contig_lines = panel.sites, panel.contig_lines
-    target_data, tgt_report = read_vcf(target, region=region)
-    say(f"target: {tgt_report.summary()}; {target_data.n_samples} samples")
-    summary["target_read"] = asdict(tgt_report)
-    positions = read_positions(array_sites) if array_sites is not None else None
     aligned = align_targets(
         panel_sites,
         target_data,
@@ -328,7 +284,7 @@ def impute_vcf(
     )
     say(f"sites: {aligned.report.summary()}")
     summary["alignment"] = asdict(aligned.report)
-    timings["read_seconds"] = time.perf_counter() - t0
+    timings["read_seconds"] += time.perf_counter() - t0
 
     t0 = time.perf_counter()
     if model_dir is None:
@@ -349,12 +305,6 @@ def impute_vcf(
 
     t0 = time.perf_counter()
     say(f"imputing {len(aligned.samples)} samples over {len(imp.windows_)} windows ...")
-    partial = Path(str(out) + ".partial")
-    if partial.exists() and not resume:
-        say(f"{partial} holds windows of an earlier run; starting afresh (--resume reuses them)")
-        shutil.rmtree(partial)
-    elif partial.exists():
-        say(f"resuming from {partial}")
     probs = imp.impute(aligned.alleles, aligned.phased, checkpoint=partial, n_jobs=n_jobs)
     timings["impute_seconds"] = time.perf_counter() - t0
 

@@ -25,7 +25,6 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,99 +34,17 @@ from .._measure import peak_rss_mb as peak_memory_mb
 from ..data.genotypes import GenotypeData, HaplotypePanel, ReadReport, VariantSites, VCFError
 from ..data.vcf import iter_reference_panel
 from ..data.vcf_writer import VCFWriter, imputed_vcf_header, imputed_vcf_lines, index_vcf
+from .alignment import TargetLookup, contig_hint
 from .copying import align_phase
-from .imputer import GenotypeImputer
+from .imputer import GenotypeImputer, claim_run_directory
 from .metrics import dosage_r2_estimate
 from .phasing import check_phased
-
-
-@dataclass
-class _Lookup:
-    """Target genotypes by panel site key, and the counts of the alignment report."""
-
-    target: GenotypeData
-    array: set[tuple[str, int]] | None
-    exact: dict[tuple[str, int, str, str], int] = field(init=False)
-    flipped: dict[tuple[str, int, str, str], int] = field(init=False)
-    positions: dict[tuple[str, int], list[int]] = field(init=False)
-
-    def __post_init__(self) -> None:
-        keys = self.target.sites.keys()
-        self.exact = {k: t for t, k in enumerate(keys)}
-        self.flipped = {(c, p, alt, ref): t for t, (c, p, ref, alt) in enumerate(keys)}
-        self.positions = {}
-        for t, (c, p, _, _) in enumerate(keys):
-            self.positions.setdefault((c, p), []).append(t)
-        n = self.target.n_sites
-        self.matched = np.zeros(n, dtype=bool)
-        self.used = np.zeros(n, dtype=bool)  # matched and typed
-        self.was_flipped = np.zeros(n, dtype=bool)
-        self.position_seen = np.zeros(n, dtype=bool)
-        self.panel_contigs: set[str] = set()
-
-    def align(self, sites: VariantSites, core: slice) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(alleles (n, n_samples, 2), phased (n, n_samples), typed (n,))`` of the targets on
-        ``sites``; the report counts only the ``core`` sites (each panel site once)."""
-        n, n_samples = len(sites), self.target.n_samples
-        alleles = np.full((n, n_samples, 2), -1, dtype=np.int8)
-        phased = np.ones((n, n_samples), dtype=bool)
-        typed = np.zeros(n, dtype=bool)
-        in_core = np.zeros(n, dtype=bool)
-        in_core[core] = True
-        for i, key in enumerate(sites.keys()):
-            chrom, pos = key[0], key[1]
-            if in_core[i]:
-                self.panel_contigs.add(chrom)
-                for t in self.positions.get((chrom, pos), ()):
-                    self.position_seen[t] = True
-            t = self.exact.get(key)
-            flip = False
-            if t is None:
-                t = self.flipped.get(key)
-                flip = t is not None
-            if t is None:
-                continue
-            if in_core[i]:
-                self.matched[t] = True
-            if self.array is not None and (chrom, pos) not in self.array:
-                continue
-            a = self.target.alleles[t]
-            if flip:
-                a = np.where(a >= 0, 1 - a, a).astype(np.int8)
-            alleles[i] = a
-            phased[i] = self.target.phased[t]
-            typed[i] = True
-            if in_core[i]:
-                self.used[t] = True
-                self.was_flipped[t] |= flip
-        return alleles, phased, typed
-
-    def report(self) -> dict[str, Any]:
-        target = self.target
-        unmatched = ~self.matched
-        examples: dict[str, str] = {}
-        mismatch = unmatched & self.position_seen
-        absent = unmatched & ~self.position_seen
-        for name, mask in (("allele_mismatch", mismatch), ("not_in_panel", absent)):
-            if mask.any():
-                examples[name] = target.sites.label(int(np.flatnonzero(mask)[0]))
-        return {
-            "n_target_sites": target.n_sites,
-            "n_matched": int(self.matched.sum()),
-            "n_flipped": int((self.was_flipped & self.used).sum()),
-            "n_allele_mismatch": int(mismatch.sum()),
-            "n_not_in_panel": int(absent.sum()),
-            "n_not_on_array": int((self.matched & ~self.used).sum()),
-            "n_typed": int(self.used.sum()),
-            "contigs_not_in_panel": [c for c in target.sites.contigs() if c not in self.panel_contigs],
-            "examples": examples,
-        }
 
 
 class _Buffer:
     """Consecutive panel sites read so far and not yet dropped, with their global indices."""
 
-    def __init__(self, blocks: Iterator[HaplotypePanel], lookup: _Lookup) -> None:
+    def __init__(self, blocks: Iterator[HaplotypePanel], lookup: TargetLookup) -> None:
         self.blocks = blocks
         self.lookup = lookup
         self.base = 0  # global index of the first buffered site
@@ -178,35 +95,19 @@ class _Buffer:
 
     def slice(self, lo: int, hi: int) -> HaplotypePanel:
         assert self.panel is not None
-        return _subset_panel(self.panel, slice(lo - self.base, hi - self.base))
+        return self.panel.subset_sites(np.arange(lo - self.base, hi - self.base))
 
     def drop_before(self, start: int) -> None:
         if self.panel is None or start <= self.base:
             return
         k = start - self.base
-        self.panel = _subset_panel(self.panel, slice(k, None))
+        self.panel = self.panel.subset_sites(np.arange(k, self.panel.n_sites))
         self.keys_typed = self.keys_typed[k:]
         self.base = start
 
 
-def _subset_panel(panel: HaplotypePanel, rows: slice) -> HaplotypePanel:
-    idx = np.arange(panel.n_sites)[rows]
-    return HaplotypePanel(
-        panel.sites.subset(idx),
-        panel.samples,
-        np.ascontiguousarray(panel.haplotypes[rows]),
-        panel.contig_lines,
-    )
-
-
 def _concat_panels(a: HaplotypePanel, b: HaplotypePanel) -> HaplotypePanel:
-    sites = VariantSites.from_lists(
-        a.sites.chrom.tolist() + b.sites.chrom.tolist(),
-        a.sites.pos.tolist() + b.sites.pos.tolist(),
-        a.sites.ref.tolist() + b.sites.ref.tolist(),
-        a.sites.alt.tolist() + b.sites.alt.tolist(),
-        a.sites.id.tolist() + b.sites.id.tolist(),
-    )
+    sites = VariantSites.concat([a.sites, b.sites])
     return HaplotypePanel(sites, a.samples, np.concatenate([a.haplotypes, b.haplotypes]), a.contig_lines)
 
 
@@ -255,29 +156,20 @@ def impute_streamed(
         raise ValueError(f"chunk_sites must be >= 1, got {chunk_sites}")
     if not Path(reference).exists():
         raise FileNotFoundError(f"no such VCF file: {reference}")
-    array = set(array_positions) if array_positions is not None else None
-    lookup = _Lookup(target, array)
+    lookup = TargetLookup(target, array_positions)
+    array = lookup.array
     probe = GenotypeImputer(**imputer_params)
     probe._check_params()
     if probe.unphased == "error":  # fail before any work
         check_phased(target.alleles, target.phased, target.sites, target.samples)
     margin = 2 * probe.n_inputs
     fingerprint = _fingerprint(Path(reference), target, probe.get_params(), array, chunk_sites, region)
-    manifest = partial / "run.json"
-    if partial.exists() and resume and manifest.exists():
-        if json.loads(manifest.read_text()).get("fingerprint") != fingerprint:
-            raise ValueError(
-                f"{partial} holds chunks of another run (other targets, panel or settings); delete it "
-                "or run without resuming"
-            )
-        say(f"resuming from {partial}")
-    else:
-        partial.mkdir(parents=True, exist_ok=True)
-        manifest.write_text(json.dumps({"fingerprint": fingerprint}))
+    claim_run_directory(partial, fingerprint, "chunks")
 
     ref_report = ReadReport(str(reference))
     buffer = _Buffer(iter_reference_panel(reference, region=region, report=ref_report), lookup)
     fixed: dict[str, Any] = {}  # settings picked on the first chunk
+    phased_output = bool(target.phased.all()) or probe.unphased == "phase"
     previous: tuple[np.ndarray, np.ndarray] | None = None  # global typed indices, (n, 2, s) phased haps
     timings = {"fit_seconds": 0.0, "impute_seconds": 0.0}
     n_windows = n_chunks = 0
@@ -316,14 +208,12 @@ def impute_streamed(
             dr2_count += int(state["dr2_count"])
         else:
             if not typed.any():
-                from .pipeline import _contig_hint
-
                 here = sorted(set(ext.sites.chrom[core].tolist()))
                 theirs = target.sites.contigs()
                 if not set(here) & set(theirs):
                     raise VCFError(
                         f"the reference panel's contig(s) {here} have no target genotypes (the target has "
-                        f"{theirs[:5]}){_contig_hint(theirs, here)}; impute the contigs the target covers, "
+                        f"{theirs[:5]}){contig_hint(theirs, here)}; impute the contigs the target covers, "
                         "e.g. with --region"
                     )
                 raise VCFError(
@@ -360,9 +250,8 @@ def impute_streamed(
             imputed = (~typed[core]) & imp.modelled_[core]
             dr2_sum += float(dr2[imputed].sum())
             dr2_count += int(imputed.sum())
-            phased_output = bool(target.phased.all()) or imp.unphased == "phase"
             lines = imputed_vcf_lines(
-                _subset_sites(ext.sites, core),
+                ext.sites.subset(np.arange(core.start, core.stop)),
                 core_probs,
                 typed=typed[core],
                 phased=phased_output,
@@ -424,12 +313,8 @@ def impute_streamed(
         "n_chunks": n_chunks,
         "n_parameters": 0,
         "mean_dr2_imputed": dr2_sum / dr2_count if dr2_count else None,
-        "phased_output": bool(target.phased.all()) or probe.unphased == "phase",
+        "phased_output": phased_output,
         "index": str(index_path) if index_path else None,
         "copying_ne": fixed.get("ne"),
         **timings,
     }
-
-
-def _subset_sites(sites: VariantSites, rows: slice) -> VariantSites:
-    return sites.subset(np.arange(len(sites))[rows])
