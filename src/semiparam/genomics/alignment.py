@@ -38,7 +38,7 @@ class TargetLookup:
     def __post_init__(self) -> None:
         self.array = set(self.array_positions) if self.array_positions is not None else None
         target_contigs = self.target.sites.contigs()
-        if self.array is not None and not any(c in set(target_contigs) for c, _ in self.array):
+        if self.array is not None and not {c for c, _ in self.array} & set(target_contigs):
             array_contigs = sorted({c for c, _ in self.array})[:5]
             raise VCFError(
                 f"the array positions file names contigs {array_contigs}, none of which is in the "
@@ -56,6 +56,23 @@ class TargetLookup:
         self.was_flipped = np.zeros(n, dtype=bool)
         self.position_seen = np.zeros(n, dtype=bool)
         self.panel_contigs: set[str] = set()
+
+    def typable(self, sites: VariantSites) -> np.ndarray:
+        """Bool per site: a target site matches it and it is an array site."""
+        return np.array(
+            [self._match(k) is not None and self._on_array(k[0], k[1]) for k in sites.keys()], dtype=bool
+        )
+
+    def _match(self, key: tuple[str, int, str, str]) -> tuple[int, bool] | None:
+        """``(target row, flipped)`` of the target site matching panel site ``key``, or None."""
+        t = self.exact.get(key)
+        if t is not None:
+            return t, False
+        t = self.flipped.get(key)
+        return None if t is None else (t, True)
+
+    def _on_array(self, chrom: str, pos: int) -> bool:
+        return self.array is None or (chrom, pos) in self.array
 
     def align(
         self, sites: VariantSites, core: slice = slice(None), allowed: np.ndarray | None = None
@@ -75,16 +92,13 @@ class TargetLookup:
                 self.panel_contigs.add(chrom)
                 for t in self.positions.get((chrom, pos), ()):
                     self.position_seen[t] = True
-            t = self.exact.get(key)
-            flip = False
-            if t is None:
-                t = self.flipped.get(key)
-                flip = t is not None
-            if t is None:
+            match = self._match(key)
+            if match is None:
                 continue
+            t, flip = match
             if in_core[i]:
                 self.matched[t] = True
-            if self.array is not None and (chrom, pos) not in self.array:
+            if not self._on_array(chrom, pos):
                 continue
             if allowed is not None and not allowed[i]:
                 continue

@@ -64,14 +64,7 @@ class _Buffer:
         except StopIteration:
             self.exhausted = True
             return False
-        typable = np.array(
-            [
-                (k in self.lookup.exact or k in self.lookup.flipped)
-                and (self.lookup.array is None or (k[0], k[1]) in self.lookup.array)
-                for k in block.sites.keys()
-            ],
-            dtype=bool,
-        )
+        typable = self.lookup.typable(block.sites)
         if self.panel is None:
             self.panel = block
         else:
