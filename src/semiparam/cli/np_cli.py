@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-MODELS = ("cipnp", "ipnp", "canp", "anp")
+MODELS = ("cipnp", "ipnp", "canp", "anp", "banp", "tnpd")
 RUN_FILE = "np_run.json"
 
 
@@ -56,7 +56,11 @@ def add_np_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
     p.add_argument("targets", help="CSV/Parquet: the task and input columns of the points to predict")
     p.add_argument("--out", help="output CSV/Parquet (default: stdout)")
     p.add_argument("--force", action="store_true", help="replace an existing --out file")
-    p.add_argument("--samples", type=int, default=50, help="latent draws (ipnp, anp)")
+    p.add_argument(
+        "--samples",
+        type=int,
+        help="latent draws (ipnp, anp) or bootstrap contexts (banp); default: the model's own (50)",
+    )
     p.add_argument("--device", default="cpu")
     p.add_argument("--na-values", help="extra strings read as missing, comma-separated")
     p.set_defaults(func=cmd_np_predict)
@@ -72,7 +76,14 @@ def _columns(text: str) -> list[str]:
 def _model_class(name: str) -> Any:
     from .. import np as nps
 
-    return {"cipnp": nps.CIPNP, "ipnp": nps.IPNP, "canp": nps.CANP, "anp": nps.ANP}[name]
+    return {
+        "cipnp": nps.CIPNP,
+        "ipnp": nps.IPNP,
+        "canp": nps.CANP,
+        "anp": nps.ANP,
+        "banp": nps.BANP,
+        "tnpd": nps.TNPD,
+    }[name]
 
 
 def cmd_np_fit(args: argparse.Namespace) -> int:

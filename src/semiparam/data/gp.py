@@ -149,6 +149,13 @@ class GPTaskSampler:
             "random_state": self.random_state,
         }
 
+    def state_dict(self) -> dict[str, Any]:
+        """The random state of the draws, so a resumed training run draws the same tasks."""
+        return {"generator": self._generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._generator.set_state(state["generator"])
+
     def _uniform(self, shape: tuple[int, ...], low: float, high: float) -> Tensor:
         return low + (high - low) * torch.rand(shape, generator=self._generator, dtype=torch.float64)
 

@@ -13,6 +13,7 @@ scored on), as the GP sampler does for its functions::
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -114,6 +115,13 @@ class TaskCollection:
 
     def __len__(self) -> int:
         return len(self.x)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The random state of the draws, so a resumed training run draws the same tasks."""
+        return {"bit_generator": json.dumps(self.rng.bit_generator.state)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.rng.bit_generator.state = json.loads(state["bit_generator"])
 
     def sample(self, batch_size: int) -> TaskBatch:
         """``batch_size`` tasks drawn at random (with replacement), each split at random into

@@ -1,4 +1,5 @@
-"""Front doors of the neural processes: CIPNP, IPNP (inducing points) and CANP, ANP (baselines).
+"""Front doors of the neural processes: CIPNP, IPNP (inducing points) and the baselines CANP, ANP
+(attentive NPs), BANP (bootstrapping attentive NP) and TNPD (transformer NP, diagonal Gaussian).
 
 Each estimator is meta-trained over many tasks drawn from a task sampler, then conditions on the
 context set of a new task at prediction time::
@@ -36,9 +37,12 @@ from .._io import ModelFileError, atomic_directory, read_json, read_tensors
 from ..data.task_collection import TaskCollection
 from ..data.tasks import TaskBatch
 from ..models.anp import ANPConfig, ANPModule
+from ..models.banp import BANPConfig, BANPModule
 from ..models.canp import CANPConfig, CANPModule
 from ..models.ipnp import CIPNPConfig, CIPNPModule, IPNPConfig, IPNPModule
 from ..models.np_base import NeuralProcess, NPConfig
+from ..models.tnpd import TNPDConfig, TNPDModule
+from ..training.checkpoint import TrainingCheckpoint, fingerprint
 from ..training.np_loop import NPTrainConfig, NPTrainHistory, TaskSource, train_neural_process
 from ..training.seeding import seeded_build
 from ._np_inputs import ArrayLike, Tasks, check_samples, returns_numpy, validate_tasks
@@ -46,11 +50,15 @@ from ._np_inputs import ArrayLike, Tasks, check_samples, returns_numpy, validate
 FORMAT_VERSION = 1
 _META_FILE = "neural_process.json"
 _WEIGHTS_FILE = "model.safetensors"
+_DEFAULT_SAMPLES = 50  # latent draws when predicting or scoring (the paper evaluates with 50)
+
+NPModule = NeuralProcess | TNPDModule  # what the estimators build: the NP skeleton, or TNP-D
 
 
 class NPPrediction(NamedTuple):
     """Predictive ``mean`` and ``std`` (``(n, y_dim)`` or ``(B, n, y_dim)``); ``samples`` are the
-    decoder means under S latent draws (``(S, ...)``, sampled functions) for latent models, else None."""
+    decoder means under S latent draws or S bootstrap contexts (``(S, ...)``, sampled functions) for
+    the stochastic models (IPNP, ANP, BANP), else None."""
 
     mean: Tensor
     std: Tensor
@@ -58,16 +66,17 @@ class NPPrediction(NamedTuple):
 
 
 class NeuralProcessEstimator:
-    """Shared behaviour of the four neural processes; use :class:`CIPNP`, :class:`IPNP`,
-    :class:`CANP` or :class:`ANP`.
+    """Shared behaviour of the neural processes; use :class:`CIPNP`, :class:`IPNP`, :class:`CANP`,
+    :class:`ANP`, :class:`BANP` or :class:`TNPD`.
 
     Parameters: ``config`` (the model's config dataclass; keyword ``options`` override its fields,
     e.g. ``d_model=64``), ``random_state`` (seeds weight initialisation, training noise and the
-    latent draws of prediction), ``device`` (``"cpu"``, ``"cuda"``, ...).
+    latent or bootstrap draws of prediction), ``device`` (``"cpu"``, ``"cuda"``, ...).
     """
 
     _config_cls: type[NPConfig] = NPConfig
-    _module_cls: type[NeuralProcess] = NeuralProcess
+    _module_cls: type[NeuralProcess] | type[TNPDModule] = NeuralProcess
+    _stochastic = False  # predictions mix random draws without a latent z (BANP's bootstrap)
 
     def __init__(
         self,
@@ -85,7 +94,7 @@ class NeuralProcessEstimator:
         self.config = self._config_cls.from_dict(options, base=base) if options else base
         self.random_state = random_state
         self.device = torch.device(device)
-        self.module_: NeuralProcess | None = None
+        self.module_: NPModule | None = None
         self.config_: NPConfig | None = None  # resolved config the module was built with
         self.train_config_: NPTrainConfig | None = None
         self.history_: NPTrainHistory | None = None
@@ -95,6 +104,20 @@ class NeuralProcessEstimator:
     @property
     def is_latent(self) -> bool:
         return getattr(self.config, "d_latent", None) is not None
+
+    @property
+    def is_stochastic(self) -> bool:
+        """Whether predictions are a mixture over random draws (latent z, or BANP's bootstrap
+        contexts) seeded by ``random_state``; then ``predict`` also returns ``samples``."""
+        return self.is_latent or self._stochastic
+
+    def _n_samples(self, n_samples: int | None) -> int:
+        """The draws to predict with: ``n_samples``, else the model's own (BANP's
+        ``n_bootstrap_eval``, or 50)."""
+        if n_samples is None:
+            n_samples = getattr(self.config_ or self.config, "n_bootstrap_eval", _DEFAULT_SAMPLES)
+        check_samples(n_samples)
+        return n_samples
 
     @property
     def n_parameters(self) -> int:
@@ -114,7 +137,7 @@ class NeuralProcessEstimator:
             config = config.replace(n_inducing=max(1, min_ctx // 2))
         return config
 
-    def _build(self, config: NPConfig, seed: int) -> NeuralProcess:
+    def _build(self, config: NPConfig, seed: int) -> NPModule:
         # weights drawn on the CPU from the seeded global generator, which is left as it was; the
         # neural processes have no dropout, so the dropout generator is not needed
         module, _ = seeded_build(lambda: self._module_cls(config), seed, torch.device("cpu"))  # type: ignore[arg-type]
@@ -135,6 +158,8 @@ class NeuralProcessEstimator:
         task_column: str = "task",
         x_columns: str | Sequence[str] | None = None,
         y_columns: str | Sequence[str] | None = None,
+        validation: Sequence[TaskBatch] | None = None,
+        checkpoint_dir: str | Path | None = None,
         **train_options: Any,
     ) -> NeuralProcessEstimator:
         """Meta-train on batches of ``tasks``: a task sampler (anything with ``sample(batch_size) ->
@@ -146,7 +171,13 @@ class NeuralProcessEstimator:
         ``max_steps`` and ``train_options`` override fields of ``train_config``
         (:class:`NPTrainConfig`: batch_size, learning_rate, ...). ``callback(step, loss)`` runs
         after each step (the model in training can be scored from it, e.g. with :meth:`evaluate`);
-        returning True stops early. Returns self."""
+        returning True stops early. ``validation``: held-out task batches, scored every
+        ``eval_every`` steps (mean target log-likelihood); the best weights are kept, and
+        ``patience`` evaluations without improvement stop the fit. ``checkpoint_dir``: the whole
+        training state is written there every few hundred steps or minutes, and a fit started again
+        with the same directory, data, settings and seed resumes from it and ends with the weights
+        an uninterrupted fit would have (the task source's random state included, for samplers with
+        ``state_dict``). Returns self."""
         sampler = self._task_source(tasks, task_column, x_columns, y_columns)
         overrides = dict(train_options)
         if max_steps is not None:
@@ -184,9 +215,39 @@ class NeuralProcessEstimator:
         # fitted state is set before training, so a callback can score the model in progress
         self.module_, self.config_, self.train_config_, self.seed_ = module, model_config, config, seed
         self.history_ = None
+        evaluate = None
+        if validation is not None:
+            validation = list(validation)
+            if not validation:
+                raise ValueError("validation is empty; pass at least one TaskBatch, or None")
+            evaluate = lambda: -self.evaluate(validation, n_samples=50)  # noqa: E731
+        checkpoint, resume = None, None
+        if checkpoint_dir is not None:
+            checkpoint = TrainingCheckpoint(
+                checkpoint_dir,
+                fingerprint(
+                    type(self).__name__,
+                    model_config.to_dict(),
+                    config.to_dict(),
+                    seed,
+                    getattr(sampler, "settings", lambda: repr(sampler))(),
+                    [b.context_x.shape for b in validation or []],
+                ),
+                every_steps=config.checkpoint_every,
+                every_seconds=120.0,
+            )
+            resume = checkpoint.read()
         try:
             self.history_ = train_neural_process(
-                module, draw_batch, config, generator=self._generator(seed + 1), callback=callback
+                module,
+                draw_batch,
+                config,
+                generator=self._generator(seed + 1),
+                callback=callback,
+                evaluate=evaluate,
+                checkpoint=checkpoint,
+                resume=resume,
+                task_source=sampler,
             )
         except BaseException:
             self.module_ = None  # a failed fit leaves no half-trained model behind
@@ -233,7 +294,7 @@ class NeuralProcessEstimator:
         return source
 
     # -- prediction ---------------------------------------------------------------------------------
-    def _fitted(self) -> NeuralProcess:
+    def _fitted(self) -> NPModule:
         if self.module_ is None:
             raise RuntimeError(f"this {type(self).__name__} is not fitted yet; call fit() or load() first")
         return self.module_
@@ -247,21 +308,22 @@ class NeuralProcessEstimator:
         *,
         context_mask: ArrayLike | None = None,
         target_mask: ArrayLike | None = None,
-        n_samples: int = 50,
+        n_samples: int | None = None,
         random_state: int = 0,
     ) -> NPPrediction:
-        """Predictive mean and std at ``target_x`` given the context (and, for latent models,
-        ``n_samples`` sampled functions). ``random_state`` seeds the latent draws. numpy arrays
-        (or lists) in, numpy arrays out; torch tensors in, tensors on the model's device out."""
+        """Predictive mean and std at ``target_x`` given the context (and, for the stochastic
+        models, ``n_samples`` sampled functions: latent draws, or BANP's bootstrap contexts; None =
+        the model's default, 50). ``random_state`` seeds those draws. numpy arrays (or lists) in,
+        numpy arrays out; torch tensors in, tensors on the model's device out."""
         module = self._fitted()
         tasks = self._validate(context_x, context_y, target_x, None, context_mask, target_mask)
-        check_samples(n_samples)
+        n_draws = self._n_samples(n_samples)
         mean, std, samples = module.predict(
             tasks.context_x,
             tasks.context_y,
             tasks.context_mask,
             tasks.target_x,
-            n_samples=n_samples,
+            n_samples=n_draws,
             generator=self._generator(random_state),
         )
         if tasks.target_mask is not None:
@@ -285,18 +347,19 @@ class NeuralProcessEstimator:
         *,
         context_mask: ArrayLike | None = None,
         target_mask: ArrayLike | None = None,
-        n_samples: int = 50,
+        n_samples: int | None = None,
         random_state: int = 0,
         per_point: bool = False,
     ) -> Any:
         """Mean log p(y_t | x_t, context) over each task's target points: a float for one task, a
         ``(B,)`` array for a batch. ``per_point``: every target point's instead, ``(n,)`` for one
         task, ``(B, n)`` for a batch, NaN at padded targets. Latent models average the likelihood
-        over ``n_samples`` draws of z from p(z | context) (logmeanexp, as the paper evaluates).
+        over ``n_samples`` draws of z from p(z | context), BANP over ``n_samples`` bootstrap
+        contexts (logmeanexp, as the papers evaluate; None = the model's default, 50).
         numpy (or lists) in, numpy out; torch tensors in, tensors on the model's device out."""
         module = self._fitted()
         tasks = self._validate(context_x, context_y, target_x, target_y, context_mask, target_mask)
-        check_samples(n_samples)
+        n_draws = self._n_samples(n_samples)
         assert tasks.target_y is not None
         ll = module.target_log_likelihood(
             tasks.context_x,
@@ -304,7 +367,7 @@ class NeuralProcessEstimator:
             tasks.context_mask,
             tasks.target_x,
             tasks.target_y,
-            n_samples=n_samples,
+            n_samples=n_draws,
             generator=self._generator(random_state),
         )  # (B, n)
         if tasks.target_mask is not None:
@@ -317,7 +380,9 @@ class NeuralProcessEstimator:
             return float(ll) if ll.ndim == 0 else _numpy(ll)
         return ll
 
-    def evaluate(self, batches: Iterable[TaskBatch], *, n_samples: int = 50, random_state: int = 0) -> float:
+    def evaluate(
+        self, batches: Iterable[TaskBatch], *, n_samples: int | None = None, random_state: int = 0
+    ) -> float:
         """Mean target log-likelihood over ``batches``: per batch the mean over its real target
         points, then the mean over batches (the paper's ``tar_ll``)."""
         scores = []
@@ -407,7 +472,10 @@ class NeuralProcessEstimator:
             raise ValueError(f"unknown model {meta.get('model')!r} in {meta_file}; known: {sorted(_MODELS)}")
         if cls is not NeuralProcessEstimator and saved is not cls:
             raise ValueError(f"{path} holds a {saved.__name__}, not a {cls.__name__}")
-        config = saved._config_cls.from_dict(meta["config"])
+        config_fields = dict(meta["config"])
+        if issubclass(saved._config_cls, CIPNPConfig) and "readout" not in config_fields:
+            config_fields["readout"] = "inducing"  # saved before the read-out choice existed
+        config = saved._config_cls.from_dict(config_fields)
         estimator = saved(config, random_state=meta.get("random_state"), device=device)
         module = estimator._build(config, seed=0)
         weights_file = path / _WEIGHTS_FILE
@@ -464,7 +532,31 @@ class ANP(NeuralProcessEstimator):
     _module_cls = ANPModule
 
 
-_MODELS: dict[str, type[NeuralProcessEstimator]] = {c.__name__: c for c in (CIPNP, IPNP, CANP, ANP)}
+class BANP(NeuralProcessEstimator):
+    """Bootstrapping Attentive Neural Process (Lee et al. 2020): a CANP whose predictions mix
+    ``n_bootstrap_eval`` residual-bootstrap contexts (resampled from the context, seeded by
+    ``random_state``), trained by -(base + bootstrap) log-likelihood with ``n_bootstrap_train``
+    bootstrap contexts per task and step. Options: the fields of
+    :class:`~semiparam.models.banp.BANPConfig`."""
+
+    _config_cls = BANPConfig
+    _module_cls = BANPModule
+    _stochastic = True
+
+
+class TNPD(NeuralProcessEstimator):
+    """Transformer Neural Process, diagonal Gaussian (Nguyen & Grover 2022): context and target
+    points are tokens of a masked transformer in which every token attends to the context only;
+    trained by the target log-likelihood. Options: the fields of
+    :class:`~semiparam.models.tnpd.TNPDConfig` (default width 64, 6 layers, 4 heads)."""
+
+    _config_cls = TNPDConfig
+    _module_cls = TNPDModule
+
+
+_MODELS: dict[str, type[NeuralProcessEstimator]] = {
+    c.__name__: c for c in (CIPNP, IPNP, CANP, ANP, BANP, TNPD)
+}
 
 
 def _numpy(t: Tensor) -> np.ndarray:
@@ -472,5 +564,5 @@ def _numpy(t: Tensor) -> np.ndarray:
 
 
 def load_neural_process(path: str | Path, *, device: str | torch.device = "cpu") -> NeuralProcessEstimator:
-    """Load any saved neural process (CIPNP, IPNP, CANP or ANP)."""
+    """Load any saved neural process (CIPNP, IPNP, CANP, ANP, BANP or TNPD)."""
     return NeuralProcessEstimator.load(path, device=device)

@@ -15,14 +15,34 @@ points. Two models:
 
 The paper sets h = floor(min_ctx / 2) for each context range; ``n_inducing=None`` lets the
 front door resolve it from the task sampler at fit time.
+
+**How targets read the inducing points** (``readout``). In the paper (and ``readout="inducing"``)
+the targets' queries MLP(x_t) attend to the h inducing points themselves (keys = values = H_D).
+Trained so, the models learn slowly: at the start every inducing point attends almost uniformly to
+the context and holds nearly the same summary, its key says nothing about *where* in x its
+information lies, and the targets can only find their neighbourhood once the inducing points have
+specialised to regions and the queries have learned which is which -- two attention hops that
+must be learned together. ``readout="context"`` (the default) adds one cross-attention: after XABD
+the context points read back from the inducing points (``MAB(D, H_D)``, the Set Transformer's
+induced set attention, O(m h) like XABD), and the targets attend to the m context points with keys
+MLP(x_c), as the attentive NPs do. The context interacts only through the h inducing points, so
+the cost stays linear in m for a fixed h. ``benchmarks/np_convergence.py`` trains both forms.
+NOTE[DIFF]: not in the paper (its CIPNP has targets attend to H_D only); the measured reason is in
+``benchmarks/results/np_convergence.md``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
+
+from torch import Tensor, nn
 
 from .._config import ConfigError
+from ..nn.attention import MAB
 from .np_base import CrossAttentionPath, InducingPointSetEncoder, NeuralProcess, NPConfig, PoolingPath
+
+Readout = Literal["context", "inducing"]
 
 
 @dataclass(frozen=True)
@@ -31,11 +51,16 @@ class CIPNPConfig(NPConfig):
     (None = decide at fit: floor(min_ctx / 2), the paper's choice)."""
 
     n_inducing: int | None = None
+    readout: Readout = "context"  # "inducing": the paper's (targets attend to H_D only), see above
 
     def validate(self) -> None:
         super().validate()
         if self.n_inducing is not None and self.n_inducing < 1:
             raise ConfigError(f"{type(self).__name__}.n_inducing must be >= 1 or None, got {self.n_inducing}")
+        if self.readout not in ("context", "inducing"):
+            raise ConfigError(
+                f"{type(self).__name__}.readout must be 'context' or 'inducing', got {self.readout!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -56,27 +81,53 @@ def _inducing(config: CIPNPConfig) -> int:
     return config.n_inducing
 
 
+class InducedContextEncoder(nn.Module):
+    """XABD, then the context points read back from the inducing points: ``(B, m, w) -> (B, m, w)``.
+
+    ``H = MAB(H_D, D)`` (h inducing points attend to the m context points), then
+    ``D' = MAB(D, H)`` (each context point attends to the h summaries); O(m h) both. The output
+    keeps the context's padding mask. NOTE[DIFF]: see the module docstring (``readout``)."""
+
+    def __init__(self, width: int, n_heads: int, n_inducing: int) -> None:
+        super().__init__()
+        self.inducing = InducingPointSetEncoder(width, n_heads, n_inducing)
+        self.readback = MAB(width, n_heads, dropout=0.0, cross=True)
+
+    def forward(self, tokens: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        summaries, _ = self.inducing(tokens, mask)  # (B, h, w)
+        return self.readback(tokens, summaries), mask
+
+
+def _cross_path(config: CIPNPConfig) -> CrossAttentionPath:
+    w, heads, h = config.d_model, config.n_heads, _inducing(config)
+    if config.readout == "inducing":  # the paper: keys = values = the h inducing points
+        return CrossAttentionPath(config, InducingPointSetEncoder(w, heads, h), separate_keys=False)
+    return CrossAttentionPath(config, InducedContextEncoder(w, heads, h), separate_keys=True)
+
+
 class CIPNPModule(NeuralProcess):
-    """CIPNP: SPIN (XABD) set encoders in both paths, deterministic pooled summary."""
+    """CIPNP: SPIN (XABD) set encoders in both paths (read out as ``config.readout`` says),
+    deterministic pooled summary."""
 
     def __init__(self, config: CIPNPConfig) -> None:
         w, heads, h = config.d_model, config.n_heads, _inducing(config)
         super().__init__(
             config,
-            CrossAttentionPath(config, InducingPointSetEncoder(w, heads, h), separate_keys=False),
+            _cross_path(config),
             PoolingPath(config, InducingPointSetEncoder(w, heads, h), d_out=w),
             d_latent=None,
         )
 
 
 class IPNPModule(NeuralProcess):
-    """IPNP: SPIN (XABD) set encoders in both paths, latent pooled path."""
+    """IPNP: SPIN (XABD) set encoders in both paths (read out as ``config.readout`` says), latent
+    pooled path."""
 
     def __init__(self, config: IPNPConfig) -> None:
         w, heads, h = config.d_model, config.n_heads, _inducing(config)
         super().__init__(
             config,
-            CrossAttentionPath(config, InducingPointSetEncoder(w, heads, h), separate_keys=False),
+            _cross_path(config),
             PoolingPath(config, InducingPointSetEncoder(w, heads, h), d_out=2 * config.d_latent),
             d_latent=config.d_latent,
         )

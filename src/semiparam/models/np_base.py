@@ -15,6 +15,10 @@ lets context points interact, and in whether the second path is deterministic or
                                latent:      z ~ N(mu_z, sigma_z), sigma_z = 0.1 + 0.9 sigmoid
     decoder                mu, sigma = MLP([x_t, r, r' or z]), sigma = 0.1 + 0.9 softplus
 
+BANP (``banp.py``, Lee et al. 2020) is the CANP skeleton plus residual-bootstrap contexts and an
+adaptation layer in the decoder; TNP-D (``tnpd.py``) is a masked transformer that shares only the
+helpers here (``mlp``, ``output_std``, ``gaussian_log_prob``, ...), not the skeleton.
+
 SetEncoder is ``MAB(D, D)`` (self-attention between the context points, O(m^2)) for CANP/ANP and
 ``XABD = MAB(H_D, D)`` (h learned inducing points cross-attend to the context, O(m h)) for
 CIPNP/IPNP. Padded context points (``mask`` False) are excluded from every attention and pool, so
@@ -81,6 +85,14 @@ def masked_mean(tokens: Tensor, mask: Tensor | None) -> Tensor:
         return tokens.mean(dim=1)
     weights = mask.to(tokens.dtype)[..., None]  # (B, k, 1)
     return (tokens * weights).sum(dim=1) / weights.sum(dim=1).clamp_min(1.0)
+
+
+def mean_over_targets(values: Tensor, target_mask: Tensor | None) -> Tensor:
+    """Mean of per-point ``values (B, n)`` over each task's real targets -> ``(B,)``."""
+    if target_mask is None:
+        return values.mean(dim=1)
+    total = torch.where(target_mask, values, 0.0).sum(dim=1)  # padded values never count, even NaN
+    return total / target_mask.sum(dim=1).clamp_min(1).to(values.dtype)
 
 
 def gaussian_log_prob(y: Tensor, mean: Tensor, std: Tensor) -> Tensor:
@@ -284,6 +296,11 @@ class NeuralProcess(nn.Module):
     @property
     def is_latent(self) -> bool:
         return self.d_latent is not None
+
+    @property
+    def is_stochastic(self) -> bool:
+        """Whether predictions are a mixture over random draws from ``generator`` (here: z)."""
+        return self.is_latent
 
     def latent_distribution(self, x: Tensor, y: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
         """``(mu_z, sigma_z)``, each ``(B, d_z)``, of the latent given the set ``(x, y)``."""

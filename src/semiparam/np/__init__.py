@@ -2,7 +2,7 @@
 
 ``semiparam.np`` is the front door of the meta-learning half of the library::
 
-    from semiparam.np import GPTaskSampler, TaskCollection, CIPNP, IPNP, CANP, ANP
+    from semiparam.np import GPTaskSampler, TaskCollection, CIPNP, IPNP, CANP, ANP, BANP, TNPD
 
     sampler = GPTaskSampler(kernel="rbf", min_ctx=64, max_ctx=128, random_state=0)
     model = CIPNP(random_state=0).fit(sampler, max_steps=2000)
@@ -23,7 +23,9 @@ user's own tasks, each split at random into context and targets at every draw).
 
 Models: :class:`CIPNP` (conditional, SPIN encoder), :class:`IPNP` (SPIN encoder + global latent,
 ELBO), and the baselines :class:`CANP` and :class:`ANP` (Kim et al. 2019, self-attention over the
-context). Each takes ``random_state`` and ``device`` and saves to safetensors + JSON.
+context), :class:`BANP` (Lee et al. 2020, CANP + residual-bootstrap contexts) and :class:`TNPD`
+(Nguyen & Grover 2022, a masked transformer over context and target tokens). Each takes
+``random_state`` and ``device`` and saves to safetensors + JSON.
 """
 
 from ..data.gp import KERNELS, GPTaskSampler, gp_log_likelihood, kernel_matrix, load_eval_set
@@ -31,16 +33,20 @@ from ..data.task_collection import TaskCollection
 from ..data.tasks import TaskBatch, load_task_batches, pad_sequences, save_task_batches
 from ..estimators.neural_process import (
     ANP,
+    BANP,
     CANP,
     CIPNP,
     IPNP,
+    TNPD,
     NeuralProcessEstimator,
     NPPrediction,
     load_neural_process,
 )
 from ..models.anp import ANPConfig
+from ..models.banp import BANPConfig
 from ..models.canp import CANPConfig
 from ..models.ipnp import CIPNPConfig, IPNPConfig
+from ..models.tnpd import TNPDConfig
 from ..training.np_loop import NPTrainConfig, NPTrainHistory
 
 load = load_neural_process
@@ -49,6 +55,8 @@ __all__ = [
     "TaskCollection",
     "ANP",
     "ANPConfig",
+    "BANP",
+    "BANPConfig",
     "CANP",
     "CANPConfig",
     "CIPNP",
@@ -61,6 +69,8 @@ __all__ = [
     "NPTrainConfig",
     "NPTrainHistory",
     "NeuralProcessEstimator",
+    "TNPD",
+    "TNPDConfig",
     "TaskBatch",
     "gp_log_likelihood",
     "kernel_matrix",

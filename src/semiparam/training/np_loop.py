@@ -1,15 +1,18 @@
-"""Meta-training loop for neural processes: one fresh batch of tasks per step.
+"""Meta-training of neural processes on the library's one training engine.
 
 SPIN paper appendix A.6: Adam, learning rate 5e-4, cosine annealing to 0 over the run, 16 tasks
-per step, the same for every model. Each step draws a batch from the task sampler, computes the
-model's loss (negative log-likelihood or negative ELBO per target point) and takes one step.
+per step, the same for every model. Each step draws a batch of tasks from the task source, computes
+the model's loss (negative log-likelihood or negative ELBO per target point) and takes one step.
+
+:class:`NPTrainer` is the :class:`~semiparam.training.engine.Engine` whose step loss is the neural
+process's own objective; schedule, clipping, validation and early stopping, checkpoints and resume,
+progress bar and the non-finite-loss check are the engine's, shared with the table models.
 """
 
 from __future__ import annotations
 
-import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -17,12 +20,21 @@ import torch
 from torch import Tensor
 
 from .._config import ConfigError, FrozenConfig
-from .schedules import flat_cosine
+from .checkpoint import TrainingCheckpoint
+from .config import TrainConfig
+from .distributed import ProcessGroup
+from .engine import BestCheckpoint, Callback, Engine, ProgressBar, TrainHistory
 
 
 @dataclass(frozen=True)
 class NPTrainConfig(FrozenConfig):
-    """Optimisation settings of a neural process (paper A.6 defaults except ``max_steps``)."""
+    """Optimisation settings of a neural process (paper A.6 defaults except ``max_steps``).
+
+    ``eval_every`` and ``patience`` act only when the fit is given validation tasks: the
+    validation loss (negative target log-likelihood per point) is computed every ``eval_every``
+    steps, the best weights are kept and restored at the end, and after ``patience`` evaluations
+    without improvement training stops (None: run every step, as the paper does).
+    """
 
     max_steps: int = 1000  # paper: 100_000
     batch_size: int = 16  # tasks per step
@@ -32,15 +44,40 @@ class NPTrainConfig(FrozenConfig):
     n_z_samples: int = 1  # latent samples per task and step (latent models only)
     clip_norm: float | None = None  # gradient-norm clipping; None = off (paper: off)
     log_every: int = 50  # steps between entries in the loss history
+    eval_every: int = 250  # steps between validation scores (with validation tasks only)
+    patience: int | None = None  # evaluations without improvement before stopping; None = never
+    time_budget: float | None = None  # seconds of training; None = no limit
+    checkpoint_every: int = 500  # steps between training checkpoints (with a checkpoint directory)
 
     def validate(self) -> None:
-        for name in ("max_steps", "batch_size", "n_z_samples", "log_every"):
+        for name in ("max_steps", "batch_size", "n_z_samples", "log_every", "eval_every", "checkpoint_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"NPTrainConfig.{name} must be >= 1, got {getattr(self, name)}")
         if not self.learning_rate > 0:
             raise ConfigError(f"NPTrainConfig.learning_rate must be > 0, got {self.learning_rate}")
         if self.clip_norm is not None and not self.clip_norm > 0:
             raise ConfigError(f"NPTrainConfig.clip_norm must be > 0 or None, got {self.clip_norm}")
+        if self.patience is not None and self.patience < 1:
+            raise ConfigError(f"NPTrainConfig.patience must be >= 1 or None, got {self.patience}")
+        if self.time_budget is not None and not self.time_budget > 0:
+            raise ConfigError(
+                f"NPTrainConfig.time_budget must be > 0 seconds or None, got {self.time_budget}"
+            )
+
+    def engine_config(self) -> TrainConfig:
+        """The engine's settings: cosine to exactly 0 over ``max_steps`` (no flat part) or constant,
+        gradient-norm clipping or none."""
+        return TrainConfig(
+            max_steps=self.max_steps,
+            learning_rate=self.learning_rate,
+            lr_schedule="flat_cosine" if self.lr_schedule == "cosine" else "constant",
+            flat_fraction=0.0,
+            clip_mode="norm" if self.clip_norm is not None else "none",
+            clip_value=self.clip_norm if self.clip_norm is not None else 1.0,
+            eval_every=self.eval_every,
+            time_budget=self.time_budget,
+            batch_size=self.batch_size,
+        )
 
 
 class TaskSource(Protocol):
@@ -51,80 +88,143 @@ class TaskSource(Protocol):
 
 @dataclass
 class NPTrainHistory:
-    """Loss every ``log_every`` steps (mean over the steps since the last entry) and timings."""
+    """Loss every ``log_every`` steps (mean over the steps since the last entry), the validation
+    scores when there were validation tasks, and timings."""
 
     steps: list[int] = field(default_factory=list)
     loss: list[float] = field(default_factory=list)
     n_steps: int = 0
-    seconds: float = 0.0  # wall time of the optimisation steps, batch drawing excluded
+    seconds: float = 0.0  # wall time of the optimisation steps, batch drawing and validation excluded
     sampling_seconds: float = 0.0  # wall time spent drawing batches
+    eval_steps: list[int] = field(default_factory=list)  # 1-based steps of the validation scores
+    val_loss: list[float] = field(default_factory=list)
+    best_step: int | None = None  # 1-based step of the weights kept (validation only)
+    stop_reason: str = ""
+    eval_seconds: float = 0.0
 
     @property
     def seconds_per_step(self) -> float:
         return self.seconds / max(self.n_steps, 1)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "steps": self.steps,
-            "loss": self.loss,
-            "n_steps": self.n_steps,
-            "seconds": self.seconds,
-            "sampling_seconds": self.sampling_seconds,
-        }
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_engine(cls, history: TrainHistory, log_every: int, sampling_seconds: float) -> NPTrainHistory:
+        out = cls(
+            n_steps=len(history.train_loss),
+            sampling_seconds=sampling_seconds,
+            seconds=max(history.seconds - sampling_seconds - history.eval_seconds, 0.0),
+            eval_steps=[s + 1 for s in history.eval_steps],
+            val_loss=list(history.val_loss),
+            best_step=None if history.best_step is None else history.best_step + 1,
+            stop_reason=history.stop_reason,
+            eval_seconds=history.eval_seconds,
+        )
+        running, count = 0.0, 0
+        for i, value in enumerate(history.train_loss, start=1):
+            running += value
+            count += 1
+            if i % log_every == 0 or i == out.n_steps:
+                out.steps.append(i)
+                out.loss.append(running / count)
+                running, count = 0.0, 0
+        return out
+
+
+class _StepCallback(Callback):
+    """Runs a user's ``callback(step, loss)`` (1-based step) after each step; True stops."""
+
+    def __init__(self, callback: Callable[[int, float], bool | None] | None) -> None:
+        self.callback = callback
+
+    def on_step_end(self, trainer: Engine, step: int, stats: dict[str, float]) -> None:
+        if self.callback is not None and self.callback(step + 1, stats["loss"]):
+            trainer.request_stop(step, "callback")
+
+
+class NPTrainer(Engine):
+    """The engine for a :class:`~semiparam.models.np_base.NeuralProcess`: Adam, the model's own
+    loss on each batch ``(context_x, context_y, context_mask, target_x, target_y, target_mask)``;
+    ``generator`` draws the latent samples of the latent models' objectives. One process (a task
+    batch is small; several fits run side by side instead, see ``semiparam.parallel``)."""
+
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        config: NPTrainConfig,
+        *,
+        generator: torch.Generator | None = None,
+        callbacks: Sequence[Callback] = (),
+    ) -> None:
+        params = [p for p in module.parameters() if p.requires_grad]
+        super().__init__(
+            module,
+            config.engine_config(),
+            callbacks=callbacks,
+            optimizer=torch.optim.Adam(params, lr=config.learning_rate),
+            generators={"latent": generator},
+            group=ProcessGroup(),
+        )
+        self.np_config = config
+
+    def step_loss(self, batch: tuple[Tensor | None, ...], step: int) -> tuple[Tensor, dict[str, float]]:
+        c = self.np_config
+        loss = self.model.loss(  # type: ignore[operator]
+            *batch, objective=c.objective, n_samples=c.n_z_samples, generator=self.generators["latent"]
+        )
+        return loss, {"loss": float(loss.detach())}
+
+
+class _TimedSource:
+    """``draw_batch`` as the engine's batch source, timing the draws; checkpointed with the
+    engine when the task source has ``state_dict`` / ``load_state_dict`` (its random state)."""
+
+    def __init__(self, draw_batch: Callable[[], tuple[Tensor | None, ...]], state_owner: Any = None) -> None:
+        self.draw_batch = draw_batch
+        self.seconds = 0.0
+        if state_owner is not None and hasattr(state_owner, "state_dict"):
+            self.state_dict = state_owner.state_dict
+            self.load_state_dict = state_owner.load_state_dict
+
+    def __call__(self, step: int) -> tuple[Tensor | None, ...]:
+        start = time.perf_counter()
+        batch = self.draw_batch()
+        self.seconds += time.perf_counter() - start
+        return batch
 
 
 def train_neural_process(
     module: torch.nn.Module,
-    draw_batch: Callable[[], tuple[Tensor, ...]],
+    draw_batch: Callable[[], tuple[Tensor | None, ...]],
     config: NPTrainConfig,
     *,
     generator: torch.Generator | None = None,
     callback: Callable[[int, float], bool | None] | None = None,
+    evaluate: Callable[[], float] | None = None,
+    callbacks: Sequence[Callback] = (),
+    checkpoint: TrainingCheckpoint | None = None,
+    resume: dict[str, Any] | None = None,
+    task_source: Any = None,
 ) -> NPTrainHistory:
-    """Train ``module`` (a :class:`~semiparam.models.np_base.NeuralProcess`) for ``config.max_steps``.
+    """Train ``module`` (a :class:`~semiparam.models.np_base.NeuralProcess`) for ``config.max_steps``
+    on :class:`NPTrainer`.
 
     ``draw_batch()`` returns ``(context_x, context_y, context_mask, target_x, target_y, target_mask)``
     on the module's device. ``callback(step, loss)`` runs after every step; returning True stops.
-    A non-finite loss raises at once rather than silently corrupting the weights.
+    ``evaluate()``: a validation loss (lower is better), scored every ``eval_every`` steps; the best
+    weights are restored at the end and ``patience`` stops a stalled run. ``checkpoint`` / ``resume``
+    as :meth:`Engine.fit`; ``task_source``: the object whose ``state_dict`` is the draws' random state.
+    A non-finite loss raises rather than silently continuing.
     """
-    optimizer = torch.optim.Adam(module.parameters(), lr=config.learning_rate)
-    if config.lr_schedule == "cosine":
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: flat_cosine(step, config.max_steps, flat_fraction=0.0)
-        )
-    else:
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    history = NPTrainHistory()
-    module.train()
-    running, count = 0.0, 0
-    for step in range(1, config.max_steps + 1):
-        start = time.perf_counter()
-        batch = draw_batch()
-        drawn = time.perf_counter()
-        loss = module.loss(
-            *batch, objective=config.objective, n_samples=config.n_z_samples, generator=generator
-        )
-        value = float(loss.detach())
-        if not math.isfinite(value):
-            raise FloatingPointError(f"training loss became {value} at step {step}; lower the learning rate")
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if config.clip_norm is not None:
-            torch.nn.utils.clip_grad_norm_(module.parameters(), config.clip_norm)
-        optimizer.step()
-        scheduler.step()
-        if loss.is_cuda:  # kernels run asynchronously: wait for them so the timing is honest
-            torch.cuda.synchronize(loss.device)
-        history.sampling_seconds += drawn - start
-        history.seconds += time.perf_counter() - drawn
-        history.n_steps = step
-        running += value
-        count += 1
-        if step % config.log_every == 0 or step == config.max_steps:
-            history.steps.append(step)
-            history.loss.append(running / count)
-            running, count = 0.0, 0
-        if callback is not None and callback(step, value):
-            break
+
+    cbs: list[Callback] = list(callbacks)
+    if evaluate is not None:
+        cbs.append(BestCheckpoint(config.patience))
+    cbs.append(_StepCallback(callback))  # always there: a resumed fit has the same callbacks
+    cbs.append(ProgressBar(description="neural process"))
+    trainer = NPTrainer(module, config, generator=generator, callbacks=cbs)
+    source = _TimedSource(draw_batch, task_source)
+    history = trainer.fit(source, evaluate, checkpoint=checkpoint, resume=resume)
     module.eval()
-    return history
+    return NPTrainHistory.from_engine(history, config.log_every, source.seconds)

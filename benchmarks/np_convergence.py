@@ -1,0 +1,559 @@
+"""Neural processes trained to convergence: inducing-point NPs against the attentive baselines.
+
+The SPIN paper's GP meta-learning claim (section 4.2, Figure 4): CIPNP/IPNP reach a target
+log-likelihood at least that of CANP/ANP/BANP at most context ranges, at up to half the cost. Here
+each model is trained on each context range with several seeds, long enough for its validation
+curve to flatten, and scored on held-out tasks from three kernels (RBF, the training kernel;
+Matern-5/2 and periodic, out of distribution) beside the exact GP posterior. Also: TNP-D, the
+current reference model on these tasks, and CIPNP as the paper builds it (``readout="inducing"``)
+beside the library's default (``readout="context"``).
+
+Every cell (model, range, seed) runs in its own subprocess with a training checkpoint, so a killed
+run resumes where it stopped (``--resume``); results are written after every cell. Cells run in
+priority order: the acceptance pair (CIPNP, CANP) and the paper's CIPNP for every range and seed
+first, then the other models. Reproduce, alone on the machine::
+
+    python benchmarks/np_convergence.py --resume
+
+Outputs: ``benchmarks/results/np_convergence.{json,md,png}``; checkpoints and data under
+``benchmarks/results/tmp/np_convergence/``. Uses the public API (``semiparam.np``) and
+``semiparam.bench.measure`` for the machine and code identity.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from semiparam.bench.measure import code_hash, machine_info
+from semiparam.np import (
+    ANP,
+    BANP,
+    CANP,
+    CIPNP,
+    IPNP,
+    TNPD,
+    GPTaskSampler,
+    gp_log_likelihood,
+)
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"  # --out-dir changes both (a trial run elsewhere)
+TMP = RESULTS / "tmp" / "np_convergence"
+NOISE_STD = 0.02
+KERNELS = ("rbf", "matern52", "periodic")
+EVAL_SEED, VALIDATION_SEED = 0, 1
+# name -> (estimator class, options beyond the widths)
+MODELS: dict[str, tuple[Any, dict[str, Any]]] = {
+    "CIPNP": (CIPNP, {}),
+    "CANP": (CANP, {}),
+    "CIPNP-paper": (CIPNP, {"readout": "inducing"}),
+    "IPNP": (IPNP, {}),
+    "ANP": (ANP, {}),
+    "BANP": (BANP, {}),
+    "TNPD": (TNPD, {}),
+}
+PRIORITY = ("CIPNP", "CANP", "CIPNP-paper")
+LATENT = ("IPNP", "ANP")
+# the code these runs depend on: the neural processes and everything they import
+NP_MODULES = ("semiparam.np",)
+
+
+def parse_ranges(text: str) -> list[tuple[int, int]]:
+    return [(int(a), int(b)) for a, b in (part.split(":") for part in text.split(",") if part)]
+
+
+def cell_name(model: str, lo: int, hi: int, seed: int) -> str:
+    return f"{model}_{lo}_{hi}_s{seed}"
+
+
+def build(model: str, args: argparse.Namespace, seed: int) -> Any:
+    cls, extra = MODELS[model]
+    options: dict[str, Any] = {"d_model": args.d_model, "n_heads": args.n_heads, **extra}
+    if model in LATENT:
+        options["d_latent"] = args.d_model
+    return cls(random_state=seed, **options)
+
+
+def eval_batches(kernel: str, lo: int, hi: int, n: int, seed: int) -> list[Any]:
+    return GPTaskSampler(kernel, min_ctx=lo, max_ctx=hi, random_state=seed).eval_set(n, 16, seed=seed)
+
+
+def current_rss_bytes() -> int:
+    with open("/proc/self/statm") as handle:
+        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_rss_bytes() -> int:
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise OSError("no VmHWM in /proc/self/status")
+
+
+def reset_peak_rss() -> None:
+    with open("/proc/self/clear_refs", "w") as handle:
+        handle.write("5")
+
+
+# ---- one cell, in its own process ------------------------------------------------------------------
+
+
+def worker(args: argparse.Namespace) -> None:
+    torch.set_num_threads(args.threads)
+    lo, hi = args.range
+    model = build(args.model, args, args.seed)
+    train = GPTaskSampler("rbf", min_ctx=lo, max_ctx=hi, random_state=1000 + args.seed)
+    validation = eval_batches("rbf", lo, hi, args.validation_batches, VALIDATION_SEED)
+    cpu_start, wall_start = time.process_time(), time.perf_counter()
+    model.fit(
+        train,
+        max_steps=args.steps,
+        learning_rate=args.lr,
+        batch_size=16,
+        log_every=50,
+        validation=validation,
+        eval_every=args.eval_every,
+        checkpoint_dir=TMP / "checkpoints" / cell_name(args.model, lo, hi, args.seed),
+    )
+    history = model.history_
+    result: dict[str, Any] = {
+        "model": args.model,
+        "range": [lo, hi],
+        "seed": args.seed,
+        "steps": history.n_steps,
+        "n_parameters": model.n_parameters,
+        "config": model.config_.to_dict(),
+        "train_config": model.train_config_.to_dict(),
+        "seconds_per_step": history.seconds_per_step,
+        "cpu_seconds_this_process": time.process_time() - cpu_start,
+        "wall_seconds_this_process": time.perf_counter() - wall_start,
+        "curve": {"steps": history.eval_steps, "val_ll": [-v for v in history.val_loss]},
+        "best_step": history.best_step,
+        "loss_history": {"steps": history.steps, "loss": history.loss},
+    }
+    scores: dict[str, Any] = {}
+    for kernel in KERNELS:
+        per_batch = [
+            model.evaluate([b], n_samples=50)
+            for b in eval_batches(kernel, lo, hi, args.eval_batches, EVAL_SEED)
+        ]
+        scores[kernel] = per_batch
+    result["eval_ll_per_batch"] = scores
+    Path(args.result).write_text(json.dumps(result, indent=1))
+    print(f"[cell] {args.model} [{lo},{hi}] seed {args.seed}: rbf {mean(scores['rbf']):.3f}", flush=True)
+
+
+def probe(args: argparse.Namespace) -> None:
+    """Peak training memory and seconds per step at the range's largest context (m = max_ctx, 64
+    targets): a few steps after a warm-up, RSS growth over the steps (glibc told to hand freed
+    blocks back, so the peak is the live peak)."""
+    torch.set_num_threads(args.threads)
+    lo, hi = args.range
+    sampler = GPTaskSampler("rbf", min_ctx=hi, max_ctx=hi, min_tgt=64, max_tgt=64, random_state=5)
+    warm = GPTaskSampler("rbf", min_ctx=8, max_ctx=8, min_tgt=4, max_tgt=4, random_state=5)
+    build(args.model, args, 0).fit(warm, max_steps=2, batch_size=16)
+    reset_peak_rss()
+    before = current_rss_bytes()
+    model = build(args.model, args, 0)
+    start = time.perf_counter()
+    model.fit(sampler, max_steps=args.probe_steps, batch_size=16, lr_schedule="constant")
+    seconds = (time.perf_counter() - start) / args.probe_steps
+    result = {
+        "model": args.model,
+        "range": [lo, hi],
+        "context_size": hi,
+        "peak_memory_mb": (peak_rss_bytes() - before) / 2**20,
+        "seconds_per_step_at_max": seconds,
+        "probe_steps": args.probe_steps,
+    }
+    Path(args.result).write_text(json.dumps(result))
+
+
+def git_commit() -> str:
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE)
+    dirty = subprocess.run(["git", "status", "--porcelain", "src"], capture_output=True, text=True, cwd=HERE)
+    return done.stdout.strip() + ("+uncommitted src changes" if dirty.stdout.strip() else "")
+
+
+# ---- report ----------------------------------------------------------------------------------------
+
+
+def write_report(results: dict[str, Any], out: Path) -> None:
+    out.write_text(json.dumps(results, indent=1))
+    cells = [c for c in results["cells"] if not c.get("failed")]
+    settings = results["settings"]
+    ranges = parse_ranges(settings["ranges"])
+    models = [m for m in settings["models"] if any(c["model"] == m for c in cells)]
+    lines = [
+        "# Neural processes trained to convergence (GP meta-learning)",
+        "",
+        "SPIN paper section 4.2 / Figure 4 at CPU scale: does CIPNP/IPNP match or beat CANP/ANP/BANP in"
+        " target log-likelihood, at what cost? Generated by `benchmarks/np_convergence.py` from"
+        " `np_convergence.json`.",
+        "",
+        f"- Command: `{results['command']}`",
+        f"- Code: git {results['git_commit']}, neural-process code hash {results['np_code_hash']}",
+        f"- Machine: {results['machine'].get('cpu')}, {results['machine'].get('cpu_count')} cores,"
+        f" torch {results['machine']['versions'].get('torch')}, {settings['threads']} thread per run,"
+        " one run at a time, nothing else heavy on the machine",
+        f"- Training: {settings['steps']} steps of 16 RBF tasks (x ~ U(-2,2), lengthscale ~ U(0.1,0.6),"
+        f" scale ~ U(0.1,1), noise 0.02; m ~ U[range], n ~ U[4,64]), Adam, lr {settings['lr']:g} cosine to 0,"
+        f" width {settings['d_model']}, {settings['n_heads']} heads; each seed its own task stream and"
+        f" initialisation; the weights with the best validation score ({settings['validation_batches']}"
+        f" batches x 16 tasks, every {settings['eval_every']} steps) are kept.",
+        f"- Evaluation: {settings['eval_batches']} held-out batches x 16 tasks per kernel and range;"
+        " mean log-likelihood per target point; latent models and BANP average the likelihood over 50"
+        " draws. RBF is the training kernel; Matern-5/2 and periodic are out of distribution. The GP"
+        " oracle is the exact posterior with the true kernel and hyper-parameters.",
+        "- Error bars: ± standard deviation over seeds (n seeds shown); for one seed, ± standard error"
+        " over the evaluation batches.",
+        "",
+    ]
+    for kernel in KERNELS:
+        lines += [f"## Target log-likelihood, {kernel} tasks (higher is better)", ""]
+        lines += ["| model | " + " | ".join(f"[{lo},{hi}]" for lo, hi in ranges) + " |"]
+        lines += ["|---" * (len(ranges) + 1) + "|"]
+        for model in models:
+            row = []
+            for lo, hi in ranges:
+                mine = [c for c in cells if c["model"] == model and c["range"] == [lo, hi]]
+                row.append(format_score(mine, kernel))
+            lines.append(f"| {model} | " + " | ".join(row) + " |")
+        oracle_row = [f"{mean(results['oracle'][f'{lo}_{hi}'][kernel]):.3f}" for lo, hi in ranges]
+        lines += ["| GP oracle | " + " | ".join(oracle_row) + " |", ""]
+    lines += verdict(cells, results["probes"], ranges)
+    lines += cost_table(cells, results["probes"], ranges, models)
+    lines += convergence_table(cells, models, ranges)
+    pending = len(plan_from_settings(settings)) - len(results["cells"])
+    if pending > 0:
+        lines += ["", f"**{pending} cells of the plan have not run yet** (`--resume` runs them).", ""]
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    plot(results, cells, ranges, models, out.with_suffix(".png"))
+
+
+def plan_from_settings(settings: dict[str, Any]) -> list[tuple[str, int, int, int]]:
+    return plan(argparse.Namespace(**settings))
+
+
+def format_score(mine: list[dict[str, Any]], kernel: str) -> str:
+    if not mine:
+        return "–"
+    per_seed = [mean(c["eval_ll_per_batch"][kernel]) for c in mine]
+    if len(per_seed) > 1:
+        return f"{mean(per_seed):.3f} ± {sd(per_seed):.3f} (n={len(per_seed)})"
+    batches = mine[0]["eval_ll_per_batch"][kernel]
+    return f"{per_seed[0]:.3f} ± {sd(batches) / math.sqrt(len(batches)):.3f} (1 seed)"
+
+
+def seed_means(cells: list[dict[str, Any]], model: str, lo: int, hi: int) -> list[float]:
+    return [
+        mean(c["eval_ll_per_batch"]["rbf"]) for c in cells if c["model"] == model and c["range"] == [lo, hi]
+    ]
+
+
+def probe_of(probes: list[dict[str, Any]], model: str, lo: int, hi: int) -> dict[str, Any] | None:
+    return next(
+        (p for p in probes if p.get("model") == model and p.get("range") == [lo, hi] and not p.get("failed")),
+        None,
+    )
+
+
+def verdict(
+    cells: list[dict[str, Any]], probes: list[dict[str, Any]], ranges: list[tuple[int, int]]
+) -> list[str]:
+    lines = ["## Verdict on the issue's acceptance (CIPNP against CANP)", ""]
+    lines += [
+        "| range | CIPNP (RBF) | CANP (RBF) | CIPNP - CANP | seeds | matches or beats? |",
+        "|---|---|---|---|---|---|",
+    ]
+    for lo, hi in ranges:
+        a, b = seed_means(cells, "CIPNP", lo, hi), seed_means(cells, "CANP", lo, hi)
+        if not a or not b:
+            lines.append(f"| [{lo},{hi}] | – | – | – | – | not run yet |")
+            continue
+        diff = mean(a) - mean(b)
+        spread = max(sd(a) if len(a) > 1 else 0.0, sd(b) if len(b) > 1 else 0.0)
+        verdict_text = "yes" if diff >= 0 else ("within one seed sd" if diff > -spread else "no")
+        lines.append(
+            f"| [{lo},{hi}] | {mean(a):.3f} | {mean(b):.3f} | {diff:+.3f} | {min(len(a), len(b))} |"
+            f" {verdict_text} |"
+        )
+    lo, hi = ranges[-1]
+    mine, base = probe_of(probes, "CIPNP", lo, hi), probe_of(probes, "CANP", lo, hi)
+    if mine and base:
+        t = mine["seconds_per_step_at_max"] / base["seconds_per_step_at_max"]
+        m = mine["peak_memory_mb"] / base["peak_memory_mb"]
+        lines += [
+            "",
+            f"At the largest range ([{lo},{hi}], a training step at m = {hi}): CIPNP takes {t:.2f}x CANP's"
+            f" time and {m:.2f}x its peak training memory (goal: at most 0.6x each).",
+        ]
+    return lines + [""]
+
+
+def cost_table(cells, probes, ranges, models) -> list[str]:  # noqa: ANN001
+    lines = [
+        "## Cost",
+        "",
+        "Probe: 5 training steps of 16 tasks at the range's largest context (m = max, 64 targets), fresh"
+        " process, after a warm-up; peak RSS growth (glibc returns freed blocks). Training: mean wall seconds"
+        " per step over the whole run (m varies), seed 0.",
+        "",
+        "| range | model | params | probe s/step | / CANP | probe peak MB | / CANP | training s/step |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for lo, hi in ranges:
+        base = probe_of(probes, "CANP", lo, hi)
+        for model in models:
+            p = probe_of(probes, model, lo, hi)
+            run = next((c for c in cells if c["model"] == model and c["range"] == [lo, hi]), None)
+            if p is None and run is None:
+                continue
+            cols = [f"[{lo},{hi}]", model, f"{run['n_parameters']:,}" if run else "–"]
+            if p:
+                cols.append(f"{p['seconds_per_step_at_max']:.3f}")
+                cols.append(
+                    f"{p['seconds_per_step_at_max'] / base['seconds_per_step_at_max']:.2f}" if base else "–"
+                )
+                cols.append(f"{p['peak_memory_mb']:.0f}")
+                cols.append(f"{p['peak_memory_mb'] / base['peak_memory_mb']:.2f}" if base else "–")
+            else:
+                cols += ["–"] * 4
+            cols.append(f"{run['seconds_per_step']:.3f}" if run else "–")
+            lines.append("| " + " | ".join(cols) + " |")
+    return lines + [""]
+
+
+def convergence_table(cells, models, ranges) -> list[str]:  # noqa: ANN001
+    lines = [
+        "## Convergence",
+        "",
+        "Validation log-likelihood (RBF) at the half-way point and at the end, the gain over the second half,"
+        " and the step of the weights kept, per run. A small second-half gain against the first half's"
+        " means the run is near its plateau under this schedule.",
+        "",
+        "| model | range | seed | val ll at 1/2 | val ll at end | 2nd-half gain | best step / steps |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for model in models:
+        for lo, hi in ranges:
+            for c in (c for c in cells if c["model"] == model and c["range"] == [lo, hi]):
+                steps, ll = c["curve"]["steps"], c["curve"]["val_ll"]
+                if not steps:
+                    continue
+                half = min(range(len(steps)), key=lambda i: abs(steps[i] - steps[-1] / 2))
+                lines.append(
+                    f"| {model} | [{lo},{hi}] | {c['seed']} | {ll[half]:.3f} | {ll[-1]:.3f} |"
+                    f" {ll[-1] - ll[half]:+.3f} | {c['best_step']} / {c['steps']} |"
+                )
+    return lines + [""]
+
+
+def plot(results, cells, ranges, models, path: Path) -> None:  # noqa: ANN001
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 1 + len(ranges), figsize=(5.2 * (1 + len(ranges)), 4))
+    labels = [f"[{lo},{hi}]" for lo, hi in ranges]
+    for k, model in enumerate(models):
+        ys, es = [], []
+        for lo, hi in ranges:
+            v = seed_means(cells, model, lo, hi)
+            ys.append(mean(v) if v else float("nan"))
+            es.append(sd(v) if len(v) > 1 else 0.0)
+        xs = [i + 0.06 * (k - len(models) / 2) for i in range(len(ranges))]
+        axes[0].errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=model)
+    axes[0].plot(
+        range(len(ranges)),
+        [mean(results["oracle"][f"{lo}_{hi}"]["rbf"]) for lo, hi in ranges],
+        "k--",
+        label="GP oracle",
+    )
+    axes[0].set_xticks(range(len(ranges)), labels)
+    axes[0].set_xlabel("context range")
+    axes[0].set_ylabel("target log-likelihood, RBF (held out)")
+    axes[0].legend(fontsize=7)
+    for ax, (lo, hi) in zip(axes[1:], ranges, strict=True):
+        for k, model in enumerate(models):
+            for j, c in enumerate(c for c in cells if c["model"] == model and c["range"] == [lo, hi]):
+                ax.plot(
+                    c["curve"]["steps"],
+                    c["curve"]["val_ll"],
+                    color=f"C{k}",
+                    alpha=0.8,
+                    lw=1,
+                    label=model if j == 0 else None,
+                )
+        ax.set_title(f"validation curves, context [{lo},{hi}]")
+        ax.set_xlabel("training step")
+        ax.set_ylim(bottom=0.0)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ---- the driver ------------------------------------------------------------------------------------
+
+
+def mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def sd(values: list[float]) -> float:
+    if len(values) < 2:
+        return float("nan")
+    m = mean(values)
+    return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
+
+
+def plan(args: argparse.Namespace) -> list[tuple[str, int, int, int]]:
+    ranges = parse_ranges(args.ranges)
+    first = [m for m in args.models if m in PRIORITY]
+    rest = [m for m in args.models if m not in PRIORITY]
+    cells = []
+    for group in (first, rest):
+        for seed in args.seeds:
+            for lo, hi in ranges:
+                cells += [(m, lo, hi, seed) for m in group]
+    return cells
+
+
+def run_cell(args: argparse.Namespace, kind: str, model: str, lo: int, hi: int, seed: int) -> dict[str, Any]:
+    path = TMP / f"{kind}_{cell_name(model, lo, hi, seed)}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    command = [
+        sys.executable,
+        __file__,
+        kind,
+        "--model",
+        model,
+        "--range",
+        str(lo),
+        str(hi),
+        "--seed",
+        str(seed),
+        "--result",
+        str(path),
+        *sys.argv_worker,  # type: ignore[attr-defined]
+    ]
+    env = dict(os.environ)
+    if kind == "probe":
+        env.update(MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0", MALLOC_ARENA_MAX="1")
+    done = subprocess.run(command, check=False, env=env)
+    if done.returncode != 0:
+        return {
+            "model": model,
+            "range": [lo, hi],
+            "seed": seed,
+            "failed": True,
+            "returncode": done.returncode,
+        }
+    return json.loads(path.read_text())
+
+
+def oracle(ranges: list[tuple[int, int]], n: int) -> dict[str, dict[str, list[float]]]:
+    out: dict[str, dict[str, list[float]]] = {}
+    for lo, hi in ranges:
+        out[f"{lo}_{hi}"] = {
+            kernel: [
+                float(gp_log_likelihood(b, kernel, NOISE_STD).nanmean())
+                for b in eval_batches(kernel, lo, hi, n, EVAL_SEED)
+            ]
+            for kernel in KERNELS
+        }
+    return out
+
+
+def main() -> None:
+    global RESULTS, TMP
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("kind", nargs="?", default="driver", choices=("driver", "worker", "probe", "report"))
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--ranges", default="64:128,128:256")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--steps", type=int, default=4000)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--d-model", type=int, default=64)
+    parser.add_argument("--n-heads", type=int, default=4)
+    parser.add_argument("--eval-every", type=int, default=250)
+    parser.add_argument("--validation-batches", type=int, default=8)
+    parser.add_argument("--eval-batches", type=int, default=32)
+    parser.add_argument("--probe-steps", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--resume", action="store_true", help="keep finished cells (always on for cells)")
+    parser.add_argument(
+        "--out-dir", type=Path, default=RESULTS, help="where results go (default: benchmarks/results)"
+    )
+    # worker-only
+    parser.add_argument("--model")
+    parser.add_argument("--range", type=int, nargs=2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--result")
+    args = parser.parse_args()
+    RESULTS, TMP = args.out_dir, args.out_dir / "tmp" / "np_convergence"
+    if args.kind in ("worker", "probe"):
+        (worker if args.kind == "worker" else probe)(args)
+        return
+    args.models = [m for m in args.models.split(",") if m]
+    unknown = set(args.models) - set(MODELS)
+    if unknown:
+        parser.error(f"unknown models {sorted(unknown)}; choose from {list(MODELS)}")
+    args.seeds = [int(s) for s in args.seeds.split(",") if s]
+    sys.argv_worker = [  # type: ignore[attr-defined]
+        "--steps", str(args.steps), "--lr", str(args.lr), "--d-model", str(args.d_model),
+        "--n-heads", str(args.n_heads), "--eval-every", str(args.eval_every),
+        "--validation-batches", str(args.validation_batches), "--eval-batches", str(args.eval_batches),
+        "--probe-steps", str(args.probe_steps), "--threads", str(args.threads),
+        "--out-dir", str(args.out_dir),
+    ]  # fmt: skip
+    TMP.mkdir(parents=True, exist_ok=True)
+    skip = ("kind", "model", "range", "seed", "result", "out_dir")
+    settings = {k: v for k, v in vars(args).items() if k not in skip}
+    meta = {
+        "git_commit": git_commit(),
+        "command": "python benchmarks/np_convergence.py " + " ".join(sys.argv[1:]),
+        "settings": settings,
+        "machine": machine_info(),
+        "np_code_hash": code_hash(modules=NP_MODULES),
+    }
+    ranges = parse_ranges(args.ranges)
+    out = RESULTS / "np_convergence.json"
+    started = time.time()
+    results: dict[str, Any] = {**meta, "cells": [], "probes": [], "oracle": oracle(ranges, args.eval_batches)}
+    if args.kind == "driver":
+        for model in args.models:
+            for lo, hi in ranges:
+                results["probes"].append(run_cell(args, "probe", model, lo, hi, 0))
+                write_report(results, out)
+    for model, lo, hi, seed in plan(args):
+        path = TMP / f"worker_{cell_name(model, lo, hi, seed)}.json"
+        if args.kind == "report" and not path.exists():
+            continue
+        results["cells"].append(run_cell(args, "worker", model, lo, hi, seed))
+        results["wall_seconds_this_invocation"] = time.time() - started
+        write_report(results, out)
+    for model in args.models:
+        for lo, hi in ranges:
+            path = TMP / f"probe_{cell_name(model, lo, hi, 0)}.json"
+            if args.kind == "report" and path.exists():
+                results["probes"].append(json.loads(path.read_text()))
+    write_report(results, out)
+
+
+if __name__ == "__main__":
+    main()
