@@ -26,6 +26,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -322,8 +323,8 @@ def cost_table(cells, probes, ranges, models) -> list[str]:  # noqa: ANN001
         "",
         "Probe: 5 optimisation steps of 16 tasks at the range's largest context (m = max, 64 targets),"
         " drawn beforehand, fresh process, after a warm-up; seconds per step and peak RSS growth (glibc"
-        " returns freed blocks). Training: mean seconds per optimisation step over the whole run (m varies; drawing the GP"
-        " tasks excluded), seed 0.",
+        " returns freed blocks). Training: mean seconds per optimisation step over the whole run (m varies;"
+        " drawing the GP tasks excluded), seed 0.",
         "",
         "| range | model | params | probe s/step | / CANP | probe peak MB | / CANP | training s/step |",
         "|---|---|---|---|---|---|---|---|",
@@ -447,10 +448,33 @@ def plan(args: argparse.Namespace) -> list[tuple[str, int, int, int]]:
     return cells
 
 
+def cell_is_current(cell: dict[str, Any], args: argparse.Namespace) -> bool:
+    """A finished cell is reused only when the code it ran and its settings are this invocation's."""
+    if cell.get("np_code_hash") != args.np_code_hash:
+        return False
+    if "train_config" not in cell:  # a probe
+        return cell.get("widths", [args.d_model, args.n_heads]) == [args.d_model, args.n_heads]
+    train, config = cell["train_config"], cell["config"]
+    return (
+        train["max_steps"] == args.steps
+        and math.isclose(train["learning_rate"], args.lr)
+        and train["eval_every"] == args.eval_every
+        and [config["d_model"], config["n_heads"]] == [args.d_model, args.n_heads]
+    )
+
+
 def run_cell(args: argparse.Namespace, kind: str, model: str, lo: int, hi: int, seed: int) -> dict[str, Any]:
+    """Run one cell in a subprocess, or reuse its finished result when it is current; a result of
+    other code or settings is set aside (``*.stale.json``) and the cell runs again."""
     path = TMP / f"{kind}_{cell_name(model, lo, hi, seed)}.json"
     if path.exists():
-        return json.loads(path.read_text())
+        cell = json.loads(path.read_text())
+        if cell_is_current(cell, args):
+            return cell
+        path.replace(path.with_suffix(".stale.json"))
+        checkpoints = TMP / "checkpoints" / cell_name(model, lo, hi, seed)
+        if checkpoints.exists():
+            shutil.rmtree(checkpoints)
     command = [
         sys.executable,
         __file__,
@@ -478,7 +502,12 @@ def run_cell(args: argparse.Namespace, kind: str, model: str, lo: int, hi: int, 
             "failed": True,
             "returncode": done.returncode,
         }
-    return json.loads(path.read_text())
+    cell = json.loads(path.read_text())
+    cell.update(
+        np_code_hash=args.np_code_hash, git_commit=args.git_commit, widths=[args.d_model, args.n_heads]
+    )
+    path.write_text(json.dumps(cell, indent=1))
+    return cell
 
 
 def oracle(ranges: list[tuple[int, int]], n: int) -> dict[str, dict[str, list[float]]]:
@@ -539,12 +568,13 @@ def main() -> None:
     TMP.mkdir(parents=True, exist_ok=True)
     skip = ("kind", "model", "range", "seed", "result", "out_dir")
     settings = {k: v for k, v in vars(args).items() if k not in skip}
+    args.np_code_hash, args.git_commit = code_hash(modules=NP_MODULES), git_commit()
     meta = {
-        "git_commit": git_commit(),
+        "git_commit": args.git_commit,
         "command": "python benchmarks/np_convergence.py " + " ".join(sys.argv[1:]),
         "settings": settings,
         "machine": machine_info(),
-        "np_code_hash": code_hash(modules=NP_MODULES),
+        "np_code_hash": args.np_code_hash,
     }
     ranges = parse_ranges(args.ranges)
     out = RESULTS / "np_convergence.json"
@@ -555,19 +585,18 @@ def main() -> None:
             for lo, hi in ranges:
                 results["probes"].append(run_cell(args, "probe", model, lo, hi, 0))
                 write_report(results, out)
+    if args.kind == "report":  # the finished, current cells only; nothing runs
+        for kind, key in (("worker", "cells"), ("probe", "probes")):
+            for model, lo, hi, seed in plan(args):
+                path = TMP / f"{kind}_{cell_name(model, lo, hi, seed)}.json"
+                if path.exists() and cell_is_current(cell := json.loads(path.read_text()), args):
+                    results[key].append(cell)
+        write_report(results, out)
+        return
     for model, lo, hi, seed in plan(args):
-        path = TMP / f"worker_{cell_name(model, lo, hi, seed)}.json"
-        if args.kind == "report" and not path.exists():
-            continue
         results["cells"].append(run_cell(args, "worker", model, lo, hi, seed))
         results["wall_seconds_this_invocation"] = time.time() - started
         write_report(results, out)
-    for model in args.models:
-        for lo, hi in ranges:
-            path = TMP / f"probe_{cell_name(model, lo, hi, 0)}.json"
-            if args.kind == "report" and path.exists():
-                results["probes"].append(json.loads(path.read_text()))
-    write_report(results, out)
 
 
 if __name__ == "__main__":
