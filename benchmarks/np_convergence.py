@@ -448,6 +448,23 @@ def plan(args: argparse.Namespace) -> list[tuple[str, int, int, int]]:
     return cells
 
 
+def restore_cells(out: Path) -> None:
+    """The cell files of the committed results, where this checkout has none (the cell folder is not
+    in git): a run resumed on a fresh checkout keeps the cells already finished. Only the cells
+    interrupted mid-training (their checkpoints are not committed) start again."""
+    if not out.exists():
+        return
+    previous = json.loads(out.read_text())
+    for kind, key in (("worker", "cells"), ("probe", "probes")):
+        for cell in previous.get(key, []):
+            if cell.get("failed") or "np_code_hash" not in cell:
+                continue
+            lo, hi = cell["range"]
+            path = TMP / f"{kind}_{cell_name(cell['model'], lo, hi, cell.get('seed', 0))}.json"
+            if not path.exists():
+                path.write_text(json.dumps(cell, indent=1))
+
+
 def cell_is_current(cell: dict[str, Any], args: argparse.Namespace) -> bool:
     """A finished cell is reused only when the code it ran and its settings are this invocation's."""
     if cell.get("np_code_hash") != args.np_code_hash:
@@ -553,6 +570,10 @@ def main() -> None:
     if args.kind in ("worker", "probe"):
         (worker if args.kind == "worker" else probe)(args)
         return
+    previous = RESULTS / "np_convergence.json"
+    if args.kind == "report" and previous.exists():  # the settings of the run being reported
+        for key, value in json.loads(previous.read_text())["settings"].items():
+            setattr(args, key, ",".join(map(str, value)) if key in ("models", "seeds") else value)
     args.models = [m for m in args.models.split(",") if m]
     unknown = set(args.models) - set(MODELS)
     if unknown:
@@ -576,8 +597,11 @@ def main() -> None:
         "machine": machine_info(),
         "np_code_hash": args.np_code_hash,
     }
+    if args.kind == "report" and previous.exists():  # the run's command, commit and machine, not ours
+        meta.update({k: json.loads(previous.read_text())[k] for k in ("git_commit", "command", "machine")})
     ranges = parse_ranges(args.ranges)
     out = RESULTS / "np_convergence.json"
+    restore_cells(out)
     started = time.time()
     results: dict[str, Any] = {**meta, "cells": [], "probes": [], "oracle": oracle(ranges, args.eval_batches)}
     if args.kind == "driver":
