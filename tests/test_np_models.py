@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import numpy as np
 import pandas as pd
@@ -30,6 +31,8 @@ from semiparam.np import (
 MODELS = [CIPNP, IPNP, CANP, ANP, BANP, TNPD]
 TINY = {"d_model": 16, "n_heads": 2}
 EXTRA = {IPNP: {"d_latent": 8}, ANP: {"d_latent": 8}, TNPD: {"n_layers": 2, "d_feedforward": 32}}
+# the CIPNP read-outs beyond the default, through every invariance and padding test below
+VARIANTS = [(CIPNP, {"readout": "located"}), (CIPNP, {"readback_ff": 0}), (IPNP, {"readout": "inducing"})]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -41,15 +44,22 @@ def _one_thread():
     torch.set_num_threads(threads)
 
 
-def _tiny(cls: type[NeuralProcessEstimator], steps: int = 2, seed: int = 0) -> NeuralProcessEstimator:
-    options = dict(TINY, **EXTRA.get(cls, {}))
+def _tiny(
+    cls: type[NeuralProcessEstimator], steps: int = 2, seed: int = 0, **extra: object
+) -> NeuralProcessEstimator:
+    options = dict(TINY, **EXTRA.get(cls, {}), **extra)
     sampler = GPTaskSampler(min_ctx=8, max_ctx=16, min_tgt=4, max_tgt=8, random_state=seed)
     return cls(random_state=seed, **options).fit(sampler, max_steps=steps, batch_size=4)
 
 
-@pytest.fixture(scope="module", params=MODELS, ids=lambda c: c.__name__)
+@pytest.fixture(
+    scope="module",
+    params=[(cls, {}) for cls in MODELS] + VARIANTS,
+    ids=lambda p: p[0].__name__ + "".join(f"-{k}={v}" for k, v in p[1].items()),
+)
 def model(request) -> NeuralProcessEstimator:
-    return _tiny(request.param)
+    cls, extra = request.param
+    return _tiny(cls, **extra)
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +90,20 @@ def test_readout_inducing_is_the_papers_form_and_context_reads_back() -> None:
     assert context.values.shape == (2, 9, 16) and context.keys.shape == (2, 9, 16)
     with pytest.raises(ConfigError, match="readout"):
         CIPNP(readout="both", **TINY)
+    with pytest.raises(ConfigError, match="readback_ff"):
+        CIPNP(readback_ff=-1, **TINY)
+    light = CIPNP(readback_ff=0, **TINY).fit(GPTaskSampler(min_ctx=8, max_ctx=9), max_steps=1).module_
+    assert not hasattr(light.cross_path.set_encoder.readback, "ff")  # attention and residual only
+    # located: targets attend to the h inducing points, keyed by where each one looks
+    located = CIPNP(readout="located", **TINY).fit(GPTaskSampler(min_ctx=8, max_ctx=9), max_steps=1).module_
+    context = located.cross_path.encode(torch.rand(2, 9, 1), torch.rand(2, 9, 1), None)
+    assert context.values.shape == (2, 4, 16) and context.keys.shape == (2, 4, 16)
+    # each key is a convex combination of the context's MLP(x_c), per head: inside their hull
+    cx = torch.rand(2, 9, 1)
+    embedded = located.cross_path.key_mlp(cx)
+    keys = located.cross_path.encode(cx, torch.rand(2, 9, 1), None).keys
+    assert (keys <= embedded.amax(dim=1, keepdim=True) + 1e-6).all()
+    assert (keys >= embedded.amin(dim=1, keepdim=True) - 1e-6).all()
 
 
 def test_a_model_saved_before_the_readout_choice_loads_as_the_papers_form(tmp_path) -> None:
@@ -117,8 +141,13 @@ def test_validation_keeps_the_best_weights_and_patience_stops() -> None:
 
 @pytest.mark.parametrize("cls", [CIPNP, IPNP])
 def test_a_killed_fit_resumes_from_its_checkpoint_to_the_uninterrupted_weights(cls, tmp_path) -> None:
+    class SlowSampler(GPTaskSampler):
+        def sample(self, batch_size):
+            time.sleep(0.02)  # every draw takes at least 20 ms
+            return super().sample(batch_size)
+
     def sampler():
-        return GPTaskSampler(min_ctx=8, max_ctx=12, random_state=3)
+        return SlowSampler(min_ctx=8, max_ctx=12, random_state=3)
 
     options = dict(max_steps=12, checkpoint_every=4, learning_rate=1e-2)
     whole = cls(random_state=0, **TINY).fit(sampler(), **options)
@@ -133,6 +162,8 @@ def test_a_killed_fit_resumes_from_its_checkpoint_to_the_uninterrupted_weights(c
     for name, value in whole.module_.state_dict().items():
         torch.testing.assert_close(resumed.module_.state_dict()[name], value, rtol=0, atol=0)
     assert resumed.history_.n_steps == 12
+    # the time spent drawing counts the whole run, the draws before the checkpoint included
+    assert resumed.history_.sampling_seconds >= 12 * 0.02
     # another seed is another fit: its checkpoint is refused
     with pytest.raises(ValueError, match="other data, settings or seed"):
         cls(random_state=1, **TINY).fit(sampler(), checkpoint_dir=tmp_path, **options)

@@ -220,7 +220,7 @@ class NeuralProcessEstimator:
             validation = list(validation)
             if not validation:
                 raise ValueError("validation is empty; pass at least one TaskBatch, or None")
-            evaluate = lambda: -self.evaluate(validation, n_samples=50)  # noqa: E731
+            evaluate = lambda: -self.evaluate(validation)  # noqa: E731 - the model's own draws
         checkpoint, resume = None, None
         if checkpoint_dir is not None:
             checkpoint = TrainingCheckpoint(
@@ -231,7 +231,7 @@ class NeuralProcessEstimator:
                     config.to_dict(),
                     seed,
                     getattr(sampler, "settings", lambda: repr(sampler))(),
-                    [b.context_x.shape for b in validation or []],
+                    _batches_digest(validation or []),
                 ),
                 every_steps=config.checkpoint_every,
                 every_seconds=120.0,
@@ -557,6 +557,13 @@ class TNPD(NeuralProcessEstimator):
 _MODELS: dict[str, type[NeuralProcessEstimator]] = {
     c.__name__: c for c in (CIPNP, IPNP, CANP, ANP, BANP, TNPD)
 }
+
+
+def _batches_digest(batches: Sequence[TaskBatch]) -> str:
+    """A fingerprint of task batches' contents (every tensor's shape, dtype and values)."""
+    fields = ("context_x", "context_y", "target_x", "target_y", "context_mask", "target_mask")
+    arrays = [getattr(b, f) for b in batches for f in fields]
+    return fingerprint(*[None if t is None else t.detach().cpu().numpy() for t in arrays])
 
 
 def _numpy(t: Tensor) -> np.ndarray:

@@ -52,6 +52,7 @@ from .np_base import (
     logmeanexp,
     masked_mean,
     mean_over_targets,
+    mixture_moments,
     output_std,
 )
 
@@ -269,9 +270,7 @@ class BANPModule(NeuralProcess):
         ``config.n_bootstrap_eval``), and the per-context means ``(S, B, n, y_dim)`` as samples."""
         k = self.config.n_bootstrap_eval if n_samples is None else n_samples
         _, (means, stds) = self._bootstrap(context_x, context_y, context_mask, target_x, k, generator)
-        mean = means.mean(dim=0)
-        var = (stds**2 + means**2).mean(dim=0) - mean**2  # law of total variance
-        return mean, var.clamp_min(0.0).sqrt(), means
+        return (*mixture_moments(means, stds), means)
 
     def loss(
         self,

@@ -36,13 +36,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+import torch
 from torch import Tensor, nn
 
 from .._config import ConfigError
-from ..nn.attention import MAB
-from .np_base import CrossAttentionPath, InducingPointSetEncoder, NeuralProcess, NPConfig, PoolingPath
+from ..nn.attention import MAB, MultiheadAttention
+from .np_base import (
+    CrossAttentionPath,
+    CrossContext,
+    InducingPointSetEncoder,
+    NeuralProcess,
+    NPConfig,
+    PoolingPath,
+    key_padding_mask,
+)
 
-Readout = Literal["context", "inducing"]
+Readout = Literal["context", "inducing", "located"]
+READOUTS = ("context", "inducing", "located")
 
 
 @dataclass(frozen=True)
@@ -52,15 +62,18 @@ class CIPNPConfig(NPConfig):
 
     n_inducing: int | None = None
     readout: Readout = "context"  # "inducing": the paper's (targets attend to H_D only), see above
+    readback_ff: int = 4  # readout="context": feed-forward multiplier of the read-back block; 0 = none
 
     def validate(self) -> None:
         super().validate()
         if self.n_inducing is not None and self.n_inducing < 1:
             raise ConfigError(f"{type(self).__name__}.n_inducing must be >= 1 or None, got {self.n_inducing}")
-        if self.readout not in ("context", "inducing"):
+        if self.readout not in READOUTS:
             raise ConfigError(
-                f"{type(self).__name__}.readout must be 'context' or 'inducing', got {self.readout!r}"
+                f"{type(self).__name__}.readout must be one of {READOUTS}, got {self.readout!r}"
             )
+        if self.readback_ff < 0:
+            raise ConfigError(f"{type(self).__name__}.readback_ff must be >= 0, got {self.readback_ff}")
 
 
 @dataclass(frozen=True)
@@ -81,28 +94,86 @@ def _inducing(config: CIPNPConfig) -> int:
     return config.n_inducing
 
 
+class CrossAttentionResidual(nn.Module):
+    """A read-back without feed-forward: ``residual(x) + Attention(LN(x), LN(y))``, the first half
+    of a cross-attention :class:`MAB` (``readback_ff=0``)."""
+
+    def __init__(self, width: int, n_heads: int) -> None:
+        super().__init__()
+        self.norm_q = nn.LayerNorm(width, eps=1e-12)
+        self.norm_kv = nn.LayerNorm(width, eps=1e-12)
+        self.attention = MultiheadAttention(width, n_heads)
+        self.residual = nn.Linear(width, width)
+
+    def forward(self, x: Tensor, y: Tensor) -> Tensor:
+        return self.residual(x) + self.attention(self.norm_q(x), self.norm_kv(y))
+
+
 class InducedContextEncoder(nn.Module):
     """XABD, then the context points read back from the inducing points: ``(B, m, w) -> (B, m, w)``.
 
     ``H = MAB(H_D, D)`` (h inducing points attend to the m context points), then
-    ``D' = MAB(D, H)`` (each context point attends to the h summaries); O(m h) both. The output
-    keeps the context's padding mask. NOTE[DIFF]: see the module docstring (``readout``)."""
+    ``D' = MAB(D, H)`` (each context point attends to the h summaries); O(m h) both. The read-back
+    block's feed-forward has ``ff_multiplier`` x w hidden units (0: no feed-forward, the cheapest
+    per context point). The output keeps the context's padding mask. NOTE[DIFF]: see the module
+    docstring (``readout``)."""
 
-    def __init__(self, width: int, n_heads: int, n_inducing: int) -> None:
+    def __init__(self, width: int, n_heads: int, n_inducing: int, ff_multiplier: int = 4) -> None:
         super().__init__()
         self.inducing = InducingPointSetEncoder(width, n_heads, n_inducing)
-        self.readback = MAB(width, n_heads, dropout=0.0, cross=True)
+        self.readback: nn.Module = (
+            MAB(width, n_heads, dropout=0.0, cross=True, ff_multiplier=ff_multiplier)
+            if ff_multiplier > 0
+            else CrossAttentionResidual(width, n_heads)
+        )
 
     def forward(self, tokens: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor | None]:
         summaries, _ = self.inducing(tokens, mask)  # (B, h, w)
         return self.readback(tokens, summaries), mask
 
 
+class LocatedInducingPath(CrossAttentionPath):
+    """``readout="located"``: the targets attend to the h inducing points (O(n h), as the paper),
+    with each inducing point's key saying *where* it looks: the XABD attention weights of inducing
+    point j, applied to MLP(x_c), give its location ``l_j = sum_i a_ji MLP(x_c,i)``; the target
+    queries MLP(x_t) are matched against those (keys l_j, values H_j, as the attentive NPs match
+    MLP(x_t) against MLP(x_c)). One XABD pass computes both (the values of the attention carry
+    ``[V(D), MLP(x_c)]``), so the per-context-point work is the paper form's plus MLP(x_c).
+    NOTE[DIFF]: not in the paper, see the module docstring (``readout``)."""
+
+    def __init__(self, config: CIPNPConfig) -> None:
+        w, heads, h = config.d_model, config.n_heads, _inducing(config)
+        super().__init__(config, InducingPointSetEncoder(w, heads, h), separate_keys=True)
+
+    def encode(self, context_x: Tensor, context_y: Tensor, context_mask: Tensor | None) -> CrossContext:
+        encoder = self.set_encoder
+        assert isinstance(encoder, InducingPointSetEncoder) and self.key_mlp is not None
+        mab, attention = encoder.mab, encoder.mab.attention
+        tokens = self.value_mlp(torch.cat([context_x, context_y], dim=-1))  # (B, m, w)
+        queries = encoder.inducing.expand(tokens.shape[0], -1, -1)  # (B, h, w)
+        k, v = mab.context_kv(tokens)  # (B, heads, m, dh)
+        b, m, _ = tokens.shape
+        located = self.key_mlp(context_x).view(b, m, attention.n_heads, -1).transpose(1, 2)  # like k
+        both = attention.backend(
+            mab.query_heads(queries),
+            k,
+            torch.cat([v, located], dim=-1),
+            scale=attention.scale,
+            attn_mask=key_padding_mask(context_mask),
+        )  # (B, heads, h, 2 dh): the same weights over values and locations
+        heads_v, heads_l = both.split(v.shape[-1], dim=-1)
+        keys = heads_l.transpose(1, 2).reshape(b, queries.shape[1], attention.width)  # (B, h, w)
+        return CrossContext(keys, mab.finish(queries, heads_v), None)
+
+
 def _cross_path(config: CIPNPConfig) -> CrossAttentionPath:
     w, heads, h = config.d_model, config.n_heads, _inducing(config)
     if config.readout == "inducing":  # the paper: keys = values = the h inducing points
         return CrossAttentionPath(config, InducingPointSetEncoder(w, heads, h), separate_keys=False)
-    return CrossAttentionPath(config, InducedContextEncoder(w, heads, h), separate_keys=True)
+    if config.readout == "located":
+        return LocatedInducingPath(config)
+    encoder = InducedContextEncoder(w, heads, h, config.readback_ff)
+    return CrossAttentionPath(config, encoder, separate_keys=True)
 
 
 class CIPNPModule(NeuralProcess):

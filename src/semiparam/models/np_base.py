@@ -110,6 +110,14 @@ def latent_std(raw: Tensor) -> Tensor:
     return 0.1 + 0.9 * torch.sigmoid(raw)
 
 
+def mixture_moments(means: Tensor, stds: Tensor) -> tuple[Tensor, Tensor]:
+    """Mean and std of an equal-weight mixture of Gaussians ``(S, ...)`` over its first axis (the
+    law of total variance)."""
+    mean = means.mean(dim=0)
+    var = (stds**2 + means**2).mean(dim=0) - mean**2
+    return mean, var.clamp_min(0.0).sqrt()
+
+
 def logmeanexp(values: Tensor, dim: int) -> Tensor:
     return torch.logsumexp(values, dim=dim) - math.log(values.shape[dim])
 
@@ -381,9 +389,7 @@ class NeuralProcess(nn.Module):
         assert context.prior is not None
         z = self._sample_z(*context.prior, n_samples, generator)
         means, stds = self.decode(context, target_x, z)  # (S, B, n, y_dim)
-        mean = means.mean(dim=0)
-        var = (stds**2 + means**2).mean(dim=0) - mean**2
-        return mean, var.clamp_min(0.0).sqrt(), means
+        return (*mixture_moments(means, stds), means)
 
     def loss(
         self,

@@ -177,21 +177,32 @@ class NPTrainer(Engine):
 
 
 class _TimedSource:
-    """``draw_batch`` as the engine's batch source, timing the draws; checkpointed with the
-    engine when the task source has ``state_dict`` / ``load_state_dict`` (its random state)."""
+    """``draw_batch`` as the engine's batch source, timing the draws. Checkpointed with the engine:
+    the seconds spent drawing so far (so a resumed fit's ``sampling_seconds`` and ``seconds`` count
+    the whole run) and, when the task source has ``state_dict`` / ``load_state_dict``, its random
+    state."""
 
     def __init__(self, draw_batch: Callable[[], tuple[Tensor | None, ...]], state_owner: Any = None) -> None:
         self.draw_batch = draw_batch
         self.seconds = 0.0
-        if state_owner is not None and hasattr(state_owner, "state_dict"):
-            self.state_dict = state_owner.state_dict
-            self.load_state_dict = state_owner.load_state_dict
+        self.owner = state_owner if hasattr(state_owner, "state_dict") else None
 
     def __call__(self, step: int) -> tuple[Tensor | None, ...]:
         start = time.perf_counter()
         batch = self.draw_batch()
         self.seconds += time.perf_counter() - start
         return batch
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "sampling_seconds": self.seconds,
+            "source": None if self.owner is None else self.owner.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.seconds = float(state["sampling_seconds"])
+        if self.owner is not None and state["source"] is not None:
+            self.owner.load_state_dict(state["source"])
 
 
 def train_neural_process(
