@@ -8,17 +8,17 @@ matmul rate measured in the same process.
 
 For each (model, backend, n) a fresh Python process (so that its peak RSS is its own) builds the
 model with ``row_attention=backend`` (``semiparam.nn.backends``; ``sdpa+dropout`` is the default
-backend with the paper's attention dropout 0.1, which its fused kernels do not support), and
-trains on **one batch of n Protein rows** (``benchmarks/scaling.py`` builds the table: real rows,
-then jittered resamples past 45,730): one warm-up step, then ``--steps`` timed steps. Recorded:
-wall and CPU seconds per step (median), the step's floating-point operations counted by PyTorch's
-``FlopCounterMode`` over one extra step (matrix products and the attention kernels it knows;
-element-wise work is not counted), the fp32 matmul rate of the same process (best of several
-2048 x 2048 products on the same threads), and the achieved fraction ``FLOPs / step seconds /
-matmul rate``. Memory: peak resident set size minus the baseline before the model was built;
-each worker runs under an address-space cap (``--mem-cap-gib``, default 16), so the largest n that
-trains under the cap is the largest ``ok`` row of a backend. A worker past ``--timeout`` seconds
-is recorded as ``timeout``; after a failure a backend's larger sizes are ``skipped``.
+backend with the paper's attention dropout 0.1, which its fused kernels do not support), and trains
+on **one batch of n Protein rows** (``benchmarks/scaling.py`` builds the table: real rows, then
+jittered resamples past 45,730): one warm-up step, then ``--steps`` timed steps. Recorded: wall and
+CPU seconds per step (median), the step's floating-point operations counted by PyTorch's
+``FlopCounterMode`` over one extra step (matrix products and the attention kernels, the CPU fused
+ones taught to it here; element-wise work is not counted), the fp32 matmul rate of the same process
+(best of several 2048 x 2048 products on the same threads), and the achieved fraction ``FLOPs / step
+seconds / matmul rate``. Memory: peak resident set size minus the baseline before the model was
+built; each worker runs under an address-space cap (``--mem-cap-gib``, default 16), so the largest n
+that trains under the cap is the largest ``ok`` row of a backend. A worker past ``--timeout``
+seconds is recorded as ``timeout``; after a failure a backend's larger sizes are ``skipped``.
 
 Widths: ``cpu`` = each model's cpu preset (NPT e=16, 4 blocks, 4 heads; SPIN e=16, h=f=10,
 2 layers); ``official`` = the reference implementations' Protein widths (NPT e=64, 8 heads,
@@ -85,6 +85,25 @@ def model_options(model: str, backend: str, widths: str) -> dict[str, Any]:
     return options
 
 
+def count_cpu_attention() -> None:
+    """Teach ``FlopCounterMode`` PyTorch's CPU fused attention kernels: it knows the CUDA flash and
+    memory-efficient kernels only, and counted the CPU ones (forward and backward of SDPA without
+    a mask, most of an NPT step's attention) as zero. Same formulas as the CUDA kernels'."""
+    import torch
+    from torch.utils import flop_counter
+
+    aten = torch.ops.aten
+
+    def forward(q, k, v, *args, out_shape=None, **kwargs) -> int:  # noqa: ANN001, ANN003, ARG001
+        return flop_counter.sdpa_flop_count(q, k, v)
+
+    def backward(grad, q, k, v, *args, out_shape=None, **kwargs) -> int:  # noqa: ANN001, ANN003, ARG001
+        return flop_counter.sdpa_backward_flop_count(grad, q, k, v)
+
+    flop_counter.register_flop_formula(aten._scaled_dot_product_flash_attention_for_cpu)(forward)
+    flop_counter.register_flop_formula(aten._scaled_dot_product_flash_attention_for_cpu_backward)(backward)
+
+
 def worker(
     model_name: str, backend: str, n: int, steps: int, threads: int, widths: str, seed: int
 ) -> dict[str, Any]:
@@ -130,6 +149,7 @@ def worker(
         print(json.dumps({**partial, "peak_rss_gib": scaling._rss_gib()}), flush=True)
     result["peak_rss_gib"] = scaling._rss_gib()
     result["step_rss_gib"] = result["peak_rss_gib"] - result["baseline_rss_gib"]
+    count_cpu_attention()
     counter = FlopCounterMode(display=False)
     with counter:
         trainer.train_step(batch, steps + 1)
@@ -292,8 +312,9 @@ def main() -> int:
         "steps": args.steps,
         "mem_cap_gib": args.mem_cap_gib,
         "machine": scaling.machine(),
+        "flop_count": "with CPU fused attention",  # rows counted before it are not reused
     }
-    same = ("code", "widths", "threads", "steps")
+    same = ("code", "widths", "threads", "steps", "flop_count")
     rows = [r for r in read_rows(jsonl) if all(r.get("meta", {}).get(k) == meta[k] for k in same)]
     if not args.report_only:
         sizes = [int(s) for s in args.sizes.split(",")]
