@@ -61,8 +61,9 @@ MODELS: dict[str, tuple[Any, dict[str, Any]]] = {
     "CANP": (CANP, {}),
     "CIPNP-paper": (CIPNP, {"readout": "inducing"}),
     # lighter forms of the default's read-out, for the cost clause (0.6x CANP)
-    "CIPNP-ff0": (CIPNP, {"readback_ff": 0}),
+    "CIPNP-ff4": (CIPNP, {"readback_ff": 4}),  # the read-back with a 4x feed-forward, the earlier default
     "CIPNP-ff1": (CIPNP, {"readback_ff": 1}),
+    "CIPNP-ff0": (CIPNP, {"readback_ff": 0}),  # = the default now; kept so older cells can be named
     "CIPNP-located": (CIPNP, {"readout": "located"}),
     "IPNP": (IPNP, {}),
     "ANP": (ANP, {}),
@@ -586,15 +587,21 @@ def run_cell(args: argparse.Namespace, kind: str, model: str, lo: int, hi: int, 
     return cell
 
 
-def rekey_verified(args: argparse.Namespace, old_commit: str) -> None:
+def rekey_verified(args: argparse.Namespace, old_commit: str, renames: dict[str, str]) -> None:
     """Restamp the finished cells of ``old_commit``'s code with this code's hash, for the models
     whose training is bit-identical under both: each model trains a short cell (40 steps, the first
     range, seed 0, validation and evaluation included) with the old commit's ``src`` and with this
     checkout's, and its loss history, validation curve and evaluation scores must be equal. Cells of
-    the other models stay stale (the next run reruns them). Probes (timings) are never restamped."""
+    the other models stay stale (the next run reruns them). Probes (timings) are never restamped.
+
+    ``renames`` (new name -> old name): a model whose name moved, e.g. when a variant became the
+    default (``CIPNP=CIPNP-ff0``: the new default is checked against the old explicit variant, and
+    its cells become the default's; ``CIPNP-ff4=CIPNP``: the old default's cells become those of
+    the explicit variant now)."""
     out = RESULTS / "np_convergence.json"
     restore_cells(out)
     root = HERE.parent
+    new_name = {old: new for new, old in renames.items()}
     old_tree = Path(tempfile.mkdtemp(prefix="np_rekey_")) / "tree"
     subprocess.run(["git", "worktree", "add", "--detach", str(old_tree), old_commit], check=True, cwd=root)
     try:
@@ -608,15 +615,17 @@ def rekey_verified(args: argparse.Namespace, old_commit: str) -> None:
         ).stdout.strip()
         lo, hi = parse_ranges(args.ranges)[0]
         cell_files = sorted(TMP.glob("worker_*.json"))
-        cells = {f: json.loads(f.read_text()) for f in cell_files if not f.name.endswith(".stale.json")}
-        models = sorted({c["model"] for c in cells.values() if c.get("np_code_hash") == old_hash})
+        cells = {f: json.loads(f.read_text()) for f in cell_files if "." not in f.stem}  # not set aside
+        cells = {f: c for f, c in cells.items() if c.get("np_code_hash") == old_hash}
+        models = sorted({c["model"] for c in cells.values()})
         print(f"[rekey] {old_commit} (np code {old_hash}) -> {args.np_code_hash}: checking {models}")
+        moved: dict[Path, dict[str, Any]] = {}
         for model in models:
             runs = []
-            for tree in (old_tree, root):
+            for tree, name in ((old_tree, model), (root, new_name.get(model, model))):
                 result = Path(tempfile.mkdtemp(prefix="np_rekey_cell_")) / "cell.json"
                 command = [
-                    sys.executable, __file__, "worker", "--model", model, "--range", str(lo), str(hi),
+                    sys.executable, __file__, "worker", "--model", name, "--range", str(lo), str(hi),
                     "--seed", "0", "--result", str(result), "--steps", "40", "--eval-every", "10",
                     "--validation-batches", "2", "--eval-batches", "2", "--lr", str(args.lr),
                     "--d-model", str(args.d_model), "--n-heads", str(args.n_heads),
@@ -627,16 +636,20 @@ def rekey_verified(args: argparse.Namespace, old_commit: str) -> None:
                 runs.append(json.loads(result.read_text()))
             keys = ("loss_history", "curve", "eval_ll_per_batch")
             same = all(runs[0][k] == runs[1][k] for k in keys)
-            print(f"[rekey] {model}: {'identical' if same else 'DIFFERENT: its cells stay stale'}")
+            target = new_name.get(model, model)
+            label = model if target == model else f"{model} (old) as {target} (new)"
+            print(f"[rekey] {label}: {'identical' if same else 'DIFFERENT: its cells stay stale'}")
             if not same:
                 continue
             for path, cell in cells.items():
-                if cell["model"] == model and cell.get("np_code_hash") == old_hash:
-                    cell.update(
-                        np_code_hash=args.np_code_hash,
-                        rekeyed_from={"np_code_hash": old_hash, "verified_against": old_commit},
-                    )
-                    path.write_text(json.dumps(cell, indent=1))
+                if cell["model"] == model:
+                    rekeyed = {"np_code_hash": old_hash, "verified_against": old_commit, "model": model}
+                    cell.update(model=target, np_code_hash=args.np_code_hash, rekeyed_from=rekeyed)
+                    lo_c, hi_c = cell["range"]
+                    moved[TMP / f"worker_{cell_name(target, lo_c, hi_c, cell['seed'])}.json"] = cell
+                    path.replace(path.with_suffix(".rekeyed.json"))  # the source, set aside
+        for path, cell in moved.items():
+            path.write_text(json.dumps(cell, indent=1))
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(old_tree)], check=False, cwd=root)
 
@@ -681,6 +694,12 @@ def main() -> None:
         help="restamp COMMIT's finished cells with this code's hash where a short training is identical",
     )
     parser.add_argument(
+        "--rekey-rename",
+        default="",
+        metavar="NEW=OLD,...",
+        help="with --rekey-verified: models renamed since COMMIT (checked new against old, cells renamed)",
+    )
+    parser.add_argument(
         "--out-dir", type=Path, default=RESULTS, help="where results go (default: benchmarks/results)"
     )
     # worker-only
@@ -713,7 +732,7 @@ def main() -> None:
         "--out-dir", str(args.out_dir),
     ]  # fmt: skip
     TMP.mkdir(parents=True, exist_ok=True)
-    skip = ("kind", "model", "range", "seed", "result", "out_dir", "rekey_verified")
+    skip = ("kind", "model", "range", "seed", "result", "out_dir", "rekey_verified", "rekey_rename")
     settings = {k: v for k, v in vars(args).items() if k not in skip}
     args.np_code_hash, args.git_commit = code_hash(modules=NP_MODULES), git_commit()
     meta = {
@@ -726,7 +745,8 @@ def main() -> None:
     if args.kind == "report" and previous.exists():  # the run's command, commit and machine, not ours
         meta.update({k: json.loads(previous.read_text())[k] for k in ("git_commit", "command", "machine")})
     if args.rekey_verified:
-        rekey_verified(args, args.rekey_verified)
+        renames = dict(pair.split("=", 1) for pair in args.rekey_rename.split(",") if pair)
+        rekey_verified(args, args.rekey_verified, renames)
         return
     ranges = parse_ranges(args.ranges)
     out = RESULTS / "np_convergence.json"

@@ -32,7 +32,7 @@ MODELS = [CIPNP, IPNP, CANP, ANP, BANP, TNPD]
 TINY = {"d_model": 16, "n_heads": 2}
 EXTRA = {IPNP: {"d_latent": 8}, ANP: {"d_latent": 8}, TNPD: {"n_layers": 2, "d_feedforward": 32}}
 # the CIPNP read-outs beyond the default, through every invariance and padding test below
-VARIANTS = [(CIPNP, {"readout": "located"}), (CIPNP, {"readback_ff": 0}), (IPNP, {"readout": "inducing"})]
+VARIANTS = [(CIPNP, {"readout": "located"}), (CIPNP, {"readback_ff": 4}), (IPNP, {"readout": "inducing"})]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -92,8 +92,9 @@ def test_readout_inducing_is_the_papers_form_and_context_reads_back() -> None:
         CIPNP(readout="both", **TINY)
     with pytest.raises(ConfigError, match="readback_ff"):
         CIPNP(readback_ff=-1, **TINY)
-    light = CIPNP(readback_ff=0, **TINY).fit(GPTaskSampler(min_ctx=8, max_ctx=9), max_steps=1).module_
-    assert not hasattr(light.cross_path.set_encoder.readback, "ff")  # attention and residual only
+    assert not hasattr(ours.cross_path.set_encoder.readback, "ff")  # default: attention and residual only
+    full = CIPNP(readback_ff=4, **TINY).fit(GPTaskSampler(min_ctx=8, max_ctx=9), max_steps=1).module_
+    assert full.cross_path.set_encoder.readback.ff[0].out_features == 4 * 16
     # located: targets attend to the h inducing points, keyed by where each one looks
     located = CIPNP(readout="located", **TINY).fit(GPTaskSampler(min_ctx=8, max_ctx=9), max_steps=1).module_
     context = located.cross_path.encode(torch.rand(2, 9, 1), torch.rand(2, 9, 1), None)
@@ -104,6 +105,20 @@ def test_readout_inducing_is_the_papers_form_and_context_reads_back() -> None:
     keys = located.cross_path.encode(cx, torch.rand(2, 9, 1), None).keys
     assert (keys <= embedded.amax(dim=1, keepdim=True) + 1e-6).all()
     assert (keys >= embedded.amin(dim=1, keepdim=True) - 1e-6).all()
+
+
+def test_a_model_saved_before_readback_ff_loads_with_the_4x_feed_forward(tmp_path) -> None:
+    model = CIPNP(readback_ff=4, random_state=0, **TINY).fit(GPTaskSampler(min_ctx=8, max_ctx=9), max_steps=2)
+    path = model.save(tmp_path / "old")
+    meta_file = path / "neural_process.json"
+    meta = json.loads(meta_file.read_text())
+    del meta["config"]["readback_ff"]  # as written before the option existed
+    meta_file.write_text(json.dumps(meta))
+    loaded = CIPNP.load(path)
+    assert loaded.config_.readback_ff == 4 and CIPNP().config.readback_ff == 0
+    b = GPTaskSampler(min_ctx=8, max_ctx=8, random_state=1).sample(2)
+    ll = model.log_likelihood(b.context_x, b.context_y, b.target_x, b.target_y)
+    np.testing.assert_allclose(loaded.log_likelihood(b.context_x, b.context_y, b.target_x, b.target_y), ll)
 
 
 def test_a_model_saved_before_the_readout_choice_loads_as_the_papers_form(tmp_path) -> None:

@@ -473,8 +473,11 @@ class NeuralProcessEstimator:
         if cls is not NeuralProcessEstimator and saved is not cls:
             raise ValueError(f"{path} holds a {saved.__name__}, not a {cls.__name__}")
         config_fields = dict(meta["config"])
-        if issubclass(saved._config_cls, CIPNPConfig) and "readout" not in config_fields:
-            config_fields["readout"] = "inducing"  # saved before the read-out choice existed
+        if issubclass(saved._config_cls, CIPNPConfig):
+            # saved before the read-out choice existed (the paper's form), or before readback_ff
+            # (a read-back with the MAB's 4x feed-forward)
+            config_fields.setdefault("readout", "inducing")
+            config_fields.setdefault("readback_ff", 4)
         config = saved._config_cls.from_dict(config_fields)
         estimator = saved(config, random_state=meta.get("random_state"), device=device)
         module = estimator._build(config, seed=0)

@@ -23,12 +23,17 @@ the context and holds nearly the same summary, its key says nothing about *where
 information lies, and the targets can only find their neighbourhood once the inducing points have
 specialised to regions and the queries have learned which is which -- two attention hops that
 must be learned together. ``readout="context"`` (the default) adds one cross-attention: after XABD
-the context points read back from the inducing points (``MAB(D, H_D)``, the Set Transformer's
-induced set attention, O(m h) like XABD), and the targets attend to the m context points with keys
-MLP(x_c), as the attentive NPs do. The context interacts only through the h inducing points, so
-the cost stays linear in m for a fixed h. ``benchmarks/np_convergence.py`` trains both forms.
-NOTE[DIFF]: not in the paper (its CIPNP has targets attend to H_D only); the measured reason is in
-``benchmarks/results/np_convergence.md``.
+the context points read back from the inducing points (the Set Transformer's induced set
+attention, O(m h) like XABD), and the targets attend to the m context points with keys MLP(x_c),
+as the attentive NPs do. The context interacts only through the h inducing points, so the cost
+stays linear in m for a fixed h. The read-back is an attention with a residual and no
+feed-forward by default (``readback_ff=0``): per context point it is the dearest part of the
+model, and a feed-forward there (``readback_ff=4``, a full ``MAB(D, H_D)``, the earlier default;
+models saved with it load as such) bought no accuracy at equal steps.
+``readout="located"`` keeps the paper's O(n h) read-out and keys each inducing point by where it
+looks (:class:`LocatedInducingPath`). ``benchmarks/np_convergence.py`` trains every form.
+NOTE[DIFF]: none of this is in the paper (its CIPNP has targets attend to H_D only); the measured
+reasons are in ``benchmarks/results/np_convergence.md``.
 """
 
 from __future__ import annotations
@@ -62,7 +67,7 @@ class CIPNPConfig(NPConfig):
 
     n_inducing: int | None = None
     readout: Readout = "context"  # "inducing": the paper's (targets attend to H_D only), see above
-    readback_ff: int = 4  # readout="context": feed-forward multiplier of the read-back block; 0 = none
+    readback_ff: int = 0  # readout="context": feed-forward multiplier of the read-back block; 0 = none
 
     def validate(self) -> None:
         super().validate()
