@@ -38,7 +38,6 @@ from typing import Any
 import torch
 
 from semiparam.bench.measure import code_hash, machine_info
-from semiparam.nn.backends import make_backend
 from semiparam.np import (
     ANP,
     BANP,
@@ -71,7 +70,8 @@ MODELS: dict[str, tuple[Any, dict[str, Any]]] = {
     "BANP": (BANP, {}),
     "TNPD": (TNPD, {}),
     # CANP with its attention written out (softmax of Q K^T stored, as the reference code and the
-    # paper's measurements have it) instead of PyTorch's fused kernel: cost probe only (same maths)
+    # paper's measurements have it): PyTorch's math kernel for every attention instead of its fused
+    # one; a cost probe only (same maths)
     "CANP-dense": (CANP, {}),
 }
 PRIORITY = ("CIPNP", "CANP", "CIPNP-paper")
@@ -91,10 +91,6 @@ def cell_name(model: str, lo: int, hi: int, seed: int) -> str:
 
 def build(model: str, args: argparse.Namespace, seed: int) -> Any:
     cls, extra = MODELS[model]
-    if model == "CANP-dense":  # every attention the model builds from here on is the written-out one
-        import semiparam.nn.attention as attention
-
-        attention.make_backend = lambda name, head_dim, **o: make_backend("dense", head_dim, **o)
     options: dict[str, Any] = {"d_model": args.d_model, "n_heads": args.n_heads, **extra}
     if model in LATENT:
         options["d_latent"] = args.d_model
@@ -196,6 +192,10 @@ def probe(args: argparse.Namespace) -> None:
     lo, hi = args.range
     sampler = GPTaskSampler("rbf", min_ctx=hi, max_ctx=hi, min_tgt=64, max_tgt=64, random_state=5)
     batches = [sampler.sample(16) for _ in range(args.probe_steps)]
+    if args.model == "CANP-dense":  # every attention of this process on the written-out kernel
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        sdpa_kernel(SDPBackend.MATH).__enter__()
     warm = GPTaskSampler("rbf", min_ctx=8, max_ctx=8, min_tgt=4, max_tgt=4, random_state=5)
     build(args.model, args, 0).fit(Replay([warm.sample(16)], lo), max_steps=2, batch_size=16)
     reset_peak_rss()
@@ -714,6 +714,7 @@ def main() -> None:
         metavar="COMMIT",
         help="restamp COMMIT's finished cells with this code's hash where a short training is identical",
     )
+    parser.add_argument("--probes-only", action="store_true", help="run the cost probes, not the cells")
     parser.add_argument(
         "--rekey-rename",
         default="",
@@ -753,7 +754,8 @@ def main() -> None:
         "--out-dir", str(args.out_dir),
     ]  # fmt: skip
     TMP.mkdir(parents=True, exist_ok=True)
-    skip = ("kind", "model", "range", "seed", "result", "out_dir", "rekey_verified", "rekey_rename")
+    skip = ("kind", "model", "range", "seed", "result", "out_dir")
+    skip += ("rekey_verified", "rekey_rename", "probes_only")
     settings = {k: v for k, v in vars(args).items() if k not in skip}
     args.np_code_hash, args.git_commit = code_hash(modules=NP_MODULES), git_commit()
     meta = {
@@ -780,6 +782,8 @@ def main() -> None:
                 for model in args.models:
                     results["probes"].append(run_cell(args, "probe", model, lo, hi, round_))
                     write_report(results, out)
+        if args.probes_only:
+            return
     if args.kind == "report":  # the finished, current cells only; nothing runs
         probes = [(m, lo, hi, r) for r in range(args.probe_rounds) for lo, hi in ranges for m in args.models]
         for kind, key, todo in (("worker", "cells", plan(args)), ("probe", "probes", probes)):
