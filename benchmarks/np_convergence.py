@@ -220,6 +220,8 @@ def probe(args: argparse.Namespace) -> None:
         "step_seconds": step_times,
         "probe_steps": args.probe_steps,
     }
+    if args.model == "CANP-dense":
+        result["attention_kernel"] = "math"
     Path(args.result).write_text(json.dumps(result))
 
 
@@ -551,6 +553,7 @@ def cell_is_current(cell: dict[str, Any], args: argparse.Namespace) -> bool:
             cell.get("widths") == [args.d_model, args.n_heads]
             and "round" in cell
             and cell.get("probe_steps") == args.probe_steps
+            and (cell.get("model") != "CANP-dense" or cell.get("attention_kernel") == "math")
         )
     train, config = cell["train_config"], cell["config"]
     return (
