@@ -23,6 +23,7 @@ Outputs: ``benchmarks/results/np_convergence.{json,md,png}``; checkpoints and da
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -192,10 +193,11 @@ def probe(args: argparse.Namespace) -> None:
     lo, hi = args.range
     sampler = GPTaskSampler("rbf", min_ctx=hi, max_ctx=hi, min_tgt=64, max_tgt=64, random_state=5)
     batches = [sampler.sample(16) for _ in range(args.probe_steps)]
+    kernels = contextlib.ExitStack()  # held until the probe returns
     if args.model == "CANP-dense":  # every attention of this process on the written-out kernel
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
-        sdpa_kernel(SDPBackend.MATH).__enter__()
+        kernels.enter_context(sdpa_kernel(SDPBackend.MATH))
     warm = GPTaskSampler("rbf", min_ctx=8, max_ctx=8, min_tgt=4, max_tgt=4, random_state=5)
     build(args.model, args, 0).fit(Replay([warm.sample(16)], lo), max_steps=2, batch_size=16)
     reset_peak_rss()
@@ -222,6 +224,7 @@ def probe(args: argparse.Namespace) -> None:
     }
     if args.model == "CANP-dense":
         result["attention_kernel"] = "math"
+    kernels.close()
     Path(args.result).write_text(json.dumps(result))
 
 
