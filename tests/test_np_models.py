@@ -107,34 +107,28 @@ def test_readout_inducing_is_the_papers_form_and_context_reads_back() -> None:
     assert (keys >= embedded.amin(dim=1, keepdim=True) - 1e-6).all()
 
 
-def test_a_model_saved_before_readback_ff_loads_with_the_4x_feed_forward(tmp_path) -> None:
-    model = CIPNP(readback_ff=4, random_state=0, **TINY).fit(GPTaskSampler(min_ctx=8, max_ctx=9), max_steps=2)
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("readout", "inducing"), ("readback_ff", 4)],  # each option's meaning before it existed
+    ids=["readout-loads-as-the-papers-form", "readback_ff-loads-with-the-4x-feed-forward"],
+)
+def test_a_model_saved_before_an_option_existed_loads_as_it_was_trained(tmp_path, field, value) -> None:
+    sampler = GPTaskSampler(min_ctx=8, max_ctx=9)
+    model = CIPNP(random_state=0, **{field: value}, **TINY).fit(sampler, max_steps=2)
     path = model.save(tmp_path / "old")
     meta_file = path / "neural_process.json"
     meta = json.loads(meta_file.read_text())
-    del meta["config"]["readback_ff"]  # as written before the option existed
+    del meta["config"][field]  # as written before the option existed
     meta_file.write_text(json.dumps(meta))
     loaded = CIPNP.load(path)
-    assert loaded.config_.readback_ff == 4 and CIPNP().config.readback_ff == 0
+    assert getattr(loaded.config_, field) == value
     b = GPTaskSampler(min_ctx=8, max_ctx=8, random_state=1).sample(2)
     ll = model.log_likelihood(b.context_x, b.context_y, b.target_x, b.target_y)
     np.testing.assert_allclose(loaded.log_likelihood(b.context_x, b.context_y, b.target_x, b.target_y), ll)
 
 
-def test_a_model_saved_before_the_readout_choice_loads_as_the_papers_form(tmp_path) -> None:
-    model = CIPNP(readout="inducing", random_state=0, **TINY).fit(
-        GPTaskSampler(min_ctx=8, max_ctx=9), max_steps=2
-    )
-    path = model.save(tmp_path / "old")
-    meta_file = path / "neural_process.json"
-    meta = json.loads(meta_file.read_text())
-    del meta["config"]["readout"]  # as written before the option existed
-    meta_file.write_text(json.dumps(meta))
-    loaded = CIPNP.load(path)
-    assert loaded.config_.readout == "inducing"
-    b = GPTaskSampler(min_ctx=8, max_ctx=8, random_state=1).sample(2)
-    ll = model.log_likelihood(b.context_x, b.context_y, b.target_x, b.target_y)
-    np.testing.assert_allclose(loaded.log_likelihood(b.context_x, b.context_y, b.target_x, b.target_y), ll)
+def test_readback_ff_default_is_no_feed_forward() -> None:
+    assert CIPNP().config.readback_ff == 0
 
 
 def test_validation_keeps_the_best_weights_and_patience_stops() -> None:
