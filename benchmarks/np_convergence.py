@@ -66,6 +66,8 @@ MODELS: dict[str, tuple[Any, dict[str, Any]]] = {
     "CIPNP-ff1": (CIPNP, {"readback_ff": 1}),
     "CIPNP-ff0": (CIPNP, {"readback_ff": 0}),  # = the default now; kept so older cells can be named
     "CIPNP-located": (CIPNP, {"readout": "located"}),
+    # r' pooled from the cross path's inducing points instead of a second SPIN encoder (memory)
+    "CIPNP-shared": (CIPNP, {"summary_encoder": "shared"}),
     "IPNP": (IPNP, {}),
     "ANP": (ANP, {}),
     "BANP": (BANP, {}),
@@ -494,7 +496,8 @@ def plot(results, cells, ranges, models, path: Path) -> None:  # noqa: ANN001
         ax.set_title(f"validation curves, context [{lo},{hi}]")
         ax.set_xlabel("training step")
         ax.set_ylim(bottom=0.0)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:  # a range with no finished cell yet has no curves
+            ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -515,17 +518,20 @@ def sd(values: list[float]) -> float:
 
 
 def plan(args: argparse.Namespace) -> list[tuple[str, int, int, int]]:
-    """Every (model, range, seed) to run, in order: the priority models for every seed, then the
-    others; models named in ``screened`` (a screening of a variant) run on the first seed only."""
+    """Every (model, range, seed) to run, in order: the ``first`` models for every seed, then the
+    others; within a seed, model by model in ``models`` order, every range; models named in
+    ``screened`` (a screening of a variant) run on the first seed only."""
     ranges = parse_ranges(args.ranges)
     screened = set(getattr(args, "screened", None) or [])
-    first = [m for m in args.models if m in PRIORITY]
-    rest = [m for m in args.models if m not in PRIORITY and m not in PROBE_ONLY]
+    first_names = getattr(args, "first", None) or PRIORITY
+    first = [m for m in args.models if m in first_names]
+    rest = [m for m in args.models if m not in first_names and m not in PROBE_ONLY]
     cells = []
     for group in (first, rest):
         for seed in args.seeds:
-            for lo, hi in ranges:
-                cells += [(m, lo, hi, seed) for m in group if seed == args.seeds[0] or m not in screened]
+            for m in group:
+                if seed == args.seeds[0] or m not in screened:
+                    cells += [(m, lo, hi, seed) for lo, hi in ranges]
     return cells
 
 
@@ -567,6 +573,14 @@ def cell_is_current(cell: dict[str, Any], args: argparse.Namespace) -> bool:
     )
 
 
+def cell_command(
+    kind: str, model: str, lo: int, hi: int, seed: int, result: Path, options: list[str]
+) -> list[str]:
+    """The command line of one cell's subprocess (``kind`` worker or probe)."""
+    cell = ["--model", model, "--range", str(lo), str(hi), "--seed", str(seed), "--result", str(result)]
+    return [sys.executable, __file__, kind, *cell, *options]
+
+
 def run_cell(args: argparse.Namespace, kind: str, model: str, lo: int, hi: int, seed: int) -> dict[str, Any]:
     """Run one cell in a subprocess, or reuse its finished result when it is current; a result of
     other code or settings is set aside (``*.stale.json``) and the cell runs again."""
@@ -579,21 +593,7 @@ def run_cell(args: argparse.Namespace, kind: str, model: str, lo: int, hi: int, 
         checkpoints = TMP / "checkpoints" / cell_name(model, lo, hi, seed)
         if checkpoints.exists():
             shutil.rmtree(checkpoints)
-    command = [
-        sys.executable,
-        __file__,
-        kind,
-        "--model",
-        model,
-        "--range",
-        str(lo),
-        str(hi),
-        "--seed",
-        str(seed),
-        "--result",
-        str(path),
-        *sys.argv_worker,  # type: ignore[attr-defined]
-    ]
+    command = cell_command(kind, model, lo, hi, seed, path, sys.argv_worker)  # type: ignore[attr-defined]
     env = dict(os.environ)
     if kind == "probe":
         env.update(MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0", MALLOC_ARENA_MAX="1")
@@ -629,7 +629,8 @@ def rekey_verified(args: argparse.Namespace, old_commit: str, renames: dict[str,
     restore_cells(out)
     root = HERE.parent
     new_name = {old: new for new, old in renames.items()}
-    old_tree = Path(tempfile.mkdtemp(prefix="np_rekey_")) / "tree"
+    scratch = tempfile.TemporaryDirectory(prefix="np_rekey_")
+    old_tree = Path(scratch.name) / "tree"
     subprocess.run(["git", "worktree", "add", "--detach", str(old_tree), old_commit], check=True, cwd=root)
     try:
         hash_code = f"from semiparam.bench.measure import code_hash; print(code_hash(modules={NP_MODULES!r}))"
@@ -649,15 +650,16 @@ def rekey_verified(args: argparse.Namespace, old_commit: str, renames: dict[str,
         moved: dict[Path, dict[str, Any]] = {}
         for model in models:
             runs = []
-            for tree, name in ((old_tree, model), (root, new_name.get(model, model))):
-                result = Path(tempfile.mkdtemp(prefix="np_rekey_cell_")) / "cell.json"
-                command = [
-                    sys.executable, __file__, "worker", "--model", name, "--range", str(lo), str(hi),
-                    "--seed", "0", "--result", str(result), "--steps", "40", "--eval-every", "10",
-                    "--validation-batches", "2", "--eval-batches", "2", "--lr", str(args.lr),
-                    "--d-model", str(args.d_model), "--n-heads", str(args.n_heads),
-                    "--threads", str(args.threads), "--out-dir", str(result.parent),
+            for side, (tree, name) in enumerate(((old_tree, model), (root, new_name.get(model, model)))):
+                out_dir = Path(scratch.name) / f"{model}_{side}"
+                result = out_dir / "cell.json"
+                out_dir.mkdir(parents=True)
+                short = [
+                    "--steps", "40", "--eval-every", "10", "--validation-batches", "2", "--eval-batches", "2",
+                    "--lr", str(args.lr), "--d-model", str(args.d_model), "--n-heads", str(args.n_heads),
+                    "--threads", str(args.threads), "--out-dir", str(out_dir),
                 ]  # fmt: skip
+                command = cell_command("worker", name, lo, hi, 0, result, short)
                 env = {**os.environ, "PYTHONPATH": str(tree / "src")}
                 subprocess.run(command, check=True, env=env, capture_output=True)
                 runs.append(json.loads(result.read_text()))
@@ -679,6 +681,7 @@ def rekey_verified(args: argparse.Namespace, old_commit: str, renames: dict[str,
             path.write_text(json.dumps(cell, indent=1))
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(old_tree)], check=False, cwd=root)
+        scratch.cleanup()
 
 
 def oracle(ranges: list[tuple[int, int]], n: int) -> dict[str, dict[str, list[float]]]:
@@ -703,6 +706,9 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument(
         "--screened", default="", help="models (of --models) run on the first seed only, a screening"
+    )
+    parser.add_argument(
+        "--first", default=",".join(PRIORITY), help="models (of --models) run on every seed before the others"
     )
     parser.add_argument("--steps", type=int, default=4000)
     parser.add_argument("--lr", type=float, default=1e-3)
@@ -743,12 +749,14 @@ def main() -> None:
     previous = RESULTS / "np_convergence.json"
     if args.kind == "report" and previous.exists():  # the settings of the run being reported
         for key, value in json.loads(previous.read_text())["settings"].items():
-            setattr(args, key, ",".join(map(str, value)) if key in ("models", "seeds", "screened") else value)
+            listed = key in ("models", "seeds", "screened", "first")
+            setattr(args, key, ",".join(map(str, value)) if listed else value)
     args.models = [m for m in args.models.split(",") if m]
     args.screened = [m for m in args.screened.split(",") if m]
+    args.first = [m for m in args.first.split(",") if m]
     if stray := sorted(set(args.screened) - set(args.models)):
         parser.error(f"--screened names models not in --models: {stray}")
-    unknown = set(args.models) - set(MODELS)
+    unknown = (set(args.models) | set(args.first)) - set(MODELS)
     if unknown:
         parser.error(f"unknown models {sorted(unknown)}; choose from {list(MODELS)}")
     args.seeds = [int(s) for s in args.seeds.split(",") if s]

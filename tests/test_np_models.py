@@ -32,7 +32,12 @@ MODELS = [CIPNP, IPNP, CANP, ANP, BANP, TNPD]
 TINY = {"d_model": 16, "n_heads": 2}
 EXTRA = {IPNP: {"d_latent": 8}, ANP: {"d_latent": 8}, TNPD: {"n_layers": 2, "d_feedforward": 32}}
 # the CIPNP read-outs beyond the default, through every invariance and padding test below
-VARIANTS = [(CIPNP, {"readout": "located"}), (CIPNP, {"readback_ff": 4}), (IPNP, {"readout": "inducing"})]
+VARIANTS = [
+    (CIPNP, {"readout": "located"}),
+    (CIPNP, {"readback_ff": 4}),
+    (CIPNP, {"summary_encoder": "shared"}),
+    (IPNP, {"readout": "inducing"}),
+]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -109,8 +114,13 @@ def test_readout_inducing_is_the_papers_form_and_context_reads_back() -> None:
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("readout", "inducing"), ("readback_ff", 4)],  # each option's meaning before it existed
-    ids=["readout-loads-as-the-papers-form", "readback_ff-loads-with-the-4x-feed-forward"],
+    # each option's meaning before it existed
+    [("readout", "inducing"), ("readback_ff", 4), ("summary_encoder", "separate")],
+    ids=[
+        "readout-loads-as-the-papers-form",
+        "readback_ff-loads-with-the-4x-feed-forward",
+        "summary_encoder-loads-with-its-own-encoder",
+    ],
 )
 def test_a_model_saved_before_an_option_existed_loads_as_it_was_trained(tmp_path, field, value) -> None:
     sampler = GPTaskSampler(min_ctx=8, max_ctx=9)
@@ -129,6 +139,25 @@ def test_a_model_saved_before_an_option_existed_loads_as_it_was_trained(tmp_path
 
 def test_readback_ff_default_is_no_feed_forward() -> None:
     assert CIPNP().config.readback_ff == 0
+
+
+@pytest.mark.parametrize("readout", ["context", "inducing", "located"])
+def test_shared_summary_pools_the_cross_paths_inducing_points(readout) -> None:
+    sampler = GPTaskSampler(min_ctx=8, max_ctx=9)
+    module = CIPNP(summary_encoder="shared", readout=readout, **TINY).fit(sampler, max_steps=1).module_
+    assert not hasattr(module.pooling_path, "set_encoder")  # no second SPIN encoder
+    cx, cy = torch.rand(2, 9, 1), torch.rand(2, 9, 1)
+    mask = torch.tensor([[True] * 9, [True] * 6 + [False] * 3])
+    encoded = module.encode(cx, cy, mask)
+    assert encoded.cross.summaries is not None and encoded.cross.summaries.shape == (2, 4, 16)
+    expected = module.pooling_path.output_mlp(encoded.cross.summaries.mean(dim=1))
+    torch.testing.assert_close(encoded.summary, expected)
+    # the summaries are the cross path's XABD output: they change with the context's y
+    assert not torch.allclose(module.encode(cx, cy + 1.0, mask).summary, encoded.summary)
+    with pytest.raises(ConfigError, match="summary_encoder"):
+        CIPNP(summary_encoder="both", **TINY)
+    with pytest.raises(ConfigError, match="summary_encoder must be 'separate'"):
+        IPNP(summary_encoder="shared", **TINY)
 
 
 def test_validation_keeps_the_best_weights_and_patience_stops() -> None:

@@ -478,6 +478,7 @@ class NeuralProcessEstimator:
             # (a read-back with the MAB's 4x feed-forward)
             config_fields.setdefault("readout", "inducing")
             config_fields.setdefault("readback_ff", 4)
+            config_fields.setdefault("summary_encoder", "separate")  # saved before the option existed
         config = saved._config_cls.from_dict(config_fields)
         estimator = saved(config, random_state=meta.get("random_state"), device=device)
         module = estimator._build(config, seed=0)
@@ -566,7 +567,7 @@ def _batches_digest(batches: Sequence[TaskBatch]) -> str:
     """A fingerprint of task batches' contents (every tensor's shape, dtype and values)."""
     fields = ("context_x", "context_y", "target_x", "target_y", "context_mask", "target_mask")
     arrays = [getattr(b, f) for b in batches for f in fields]
-    return fingerprint(*[None if t is None else t.detach().cpu().numpy() for t in arrays])
+    return fingerprint(*[None if t is None else _numpy(t) for t in arrays])
 
 
 def _numpy(t: Tensor) -> np.ndarray:

@@ -39,7 +39,7 @@ reasons are in ``benchmarks/results/np_convergence.md``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor, nn
@@ -54,10 +54,13 @@ from .np_base import (
     NPConfig,
     PoolingPath,
     key_padding_mask,
+    mlp,
 )
 
 Readout = Literal["context", "inducing", "located"]
-READOUTS = ("context", "inducing", "located")
+READOUTS: tuple[str, ...] = get_args(Readout)
+SummaryEncoder = Literal["separate", "shared"]
+SUMMARY_ENCODERS: tuple[str, ...] = get_args(SummaryEncoder)
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,7 @@ class CIPNPConfig(NPConfig):
     n_inducing: int | None = None
     readout: Readout = "context"  # "inducing": the paper's (targets attend to H_D only), see above
     readback_ff: int = 0  # readout="context": feed-forward multiplier of the read-back block; 0 = none
+    summary_encoder: SummaryEncoder = "separate"  # "shared": r' pools the cross path's inducing points
 
     def validate(self) -> None:
         super().validate()
@@ -79,6 +83,11 @@ class CIPNPConfig(NPConfig):
             )
         if self.readback_ff < 0:
             raise ConfigError(f"{type(self).__name__}.readback_ff must be >= 0, got {self.readback_ff}")
+        if self.summary_encoder not in SUMMARY_ENCODERS:
+            raise ConfigError(
+                f"{type(self).__name__}.summary_encoder must be one of {SUMMARY_ENCODERS},"
+                f" got {self.summary_encoder!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -91,6 +100,11 @@ class IPNPConfig(CIPNPConfig):
         super().validate()
         if self.d_latent < 1:
             raise ConfigError(f"IPNPConfig.d_latent must be >= 1, got {self.d_latent}")
+        if self.summary_encoder != "separate":
+            raise ConfigError(
+                "IPNPConfig.summary_encoder must be 'separate': the latent path also encodes context and"
+                " targets together (the posterior in training), which the cross path never sees"
+            )
 
 
 def _inducing(config: CIPNPConfig) -> int:
@@ -133,8 +147,31 @@ class InducedContextEncoder(nn.Module):
         )
 
     def forward(self, tokens: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        read_back, mask, _ = self.encode(tokens, mask)
+        return read_back, mask
+
+    def encode(self, tokens: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor | None, Tensor]:
+        """``(D', mask, H)``: the read-back ``(B, m, w)``, its mask and the summaries ``(B, h, w)``."""
         summaries, _ = self.inducing(tokens, mask)  # (B, h, w)
-        return self.readback(tokens, summaries), mask
+        return self.readback(tokens, summaries), mask, summaries
+
+
+class InducedContextPath(CrossAttentionPath):
+    """``readout="context"``: the targets attend to the m context points read back from the inducing
+    points (:class:`InducedContextEncoder`), keys MLP(x_c); the inducing points' summaries are kept
+    for a shared pooled summary."""
+
+    def __init__(self, config: CIPNPConfig) -> None:
+        w, heads, h = config.d_model, config.n_heads, _inducing(config)
+        encoder = InducedContextEncoder(w, heads, h, config.readback_ff)
+        super().__init__(config, encoder, separate_keys=True)
+
+    def encode(self, context_x: Tensor, context_y: Tensor, context_mask: Tensor | None) -> CrossContext:
+        encoder = self.set_encoder
+        assert isinstance(encoder, InducedContextEncoder) and self.key_mlp is not None
+        tokens = self.value_mlp(torch.cat([context_x, context_y], dim=-1))  # (B, m, w)
+        values, mask, summaries = encoder.encode(tokens, context_mask)
+        return CrossContext(self.key_mlp(context_x), values, mask, summaries)
 
 
 class LocatedInducingPath(CrossAttentionPath):
@@ -155,9 +192,9 @@ class LocatedInducingPath(CrossAttentionPath):
         assert isinstance(encoder, InducingPointSetEncoder) and self.key_mlp is not None
         mab, attention = encoder.mab, encoder.mab.attention
         tokens = self.value_mlp(torch.cat([context_x, context_y], dim=-1))  # (B, m, w)
-        queries = encoder.inducing.expand(tokens.shape[0], -1, -1)  # (B, h, w)
-        k, v = mab.context_kv(tokens)  # (B, heads, m, dh)
         b, m, _ = tokens.shape
+        queries = encoder.inducing.expand(b, -1, -1)  # (B, h, w)
+        k, v = mab.context_kv(tokens)  # (B, heads, m, dh)
         located = self.key_mlp(context_x).view(b, m, attention.n_heads, -1).transpose(1, 2)  # like k
         both = attention.backend(
             mab.query_heads(queries),
@@ -168,7 +205,8 @@ class LocatedInducingPath(CrossAttentionPath):
         )  # (B, heads, h, 2 dh): the same weights over values and locations
         heads_v, heads_l = both.split(v.shape[-1], dim=-1)
         keys = heads_l.transpose(1, 2).reshape(b, queries.shape[1], attention.width)  # (B, h, w)
-        return CrossContext(keys, mab.finish(queries, heads_v), None)
+        summaries = mab.finish(queries, heads_v)
+        return CrossContext(keys, summaries, None, summaries)
 
 
 def _cross_path(config: CIPNPConfig) -> CrossAttentionPath:
@@ -177,8 +215,22 @@ def _cross_path(config: CIPNPConfig) -> CrossAttentionPath:
         return CrossAttentionPath(config, InducingPointSetEncoder(w, heads, h), separate_keys=False)
     if config.readout == "located":
         return LocatedInducingPath(config)
-    encoder = InducedContextEncoder(w, heads, h, config.readback_ff)
-    return CrossAttentionPath(config, encoder, separate_keys=True)
+    return InducedContextPath(config)
+
+
+class InducingSummaryPool(nn.Module):
+    """``summary_encoder="shared"``: r' = MLP(mean of the cross path's h inducing points), ``(B, w)``,
+    in place of a second SPIN encoder over the context. NOTE[DIFF]: the paper's CIPNP has a second
+    SPIN encoder of its own (as the ANP family has two paths); sharing the first drops that
+    encoder's per-context-point work (its input MLP and XABD keys and values), most of the memory
+    left once the read-out is linear in m."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.output_mlp = mlp(width, width, width)
+
+    def forward(self, summaries: Tensor) -> Tensor:
+        return self.output_mlp(summaries.mean(dim=1))  # (B, h, w) -> (B, w)
 
 
 class CIPNPModule(NeuralProcess):
@@ -187,12 +239,18 @@ class CIPNPModule(NeuralProcess):
 
     def __init__(self, config: CIPNPConfig) -> None:
         w, heads, h = config.d_model, config.n_heads, _inducing(config)
-        super().__init__(
-            config,
-            _cross_path(config),
-            PoolingPath(config, InducingPointSetEncoder(w, heads, h), d_out=w),
-            d_latent=None,
+        pool = (
+            InducingSummaryPool(w)
+            if config.summary_encoder == "shared"
+            else PoolingPath(config, InducingPointSetEncoder(w, heads, h), d_out=w)
         )
+        super().__init__(config, _cross_path(config), pool, d_latent=None)
+
+    def summarise(self, cross: CrossContext, x: Tensor, y: Tensor, mask: Tensor | None) -> Tensor:
+        if isinstance(self.pooling_path, InducingSummaryPool):
+            assert cross.summaries is not None  # every CIPNP read-out keeps them
+            return self.pooling_path(cross.summaries)
+        return super().summarise(cross, x, y, mask)
 
 
 class IPNPModule(NeuralProcess):

@@ -196,11 +196,14 @@ class KeyValueCrossAttention(nn.Module):
 
 @dataclass
 class CrossContext:
-    """What the cross-attention path keeps of a context: keys, values ``(B, k, w)`` and their mask."""
+    """What the cross-attention path keeps of a context: keys, values ``(B, k, w)`` and their mask;
+    for the inducing-point paths also the h inducing points' summaries ``(B, h, w)`` (XABD's output),
+    which a CIPNP with ``summary_encoder="shared"`` pools into r'."""
 
     keys: Tensor
     values: Tensor
     mask: Tensor | None
+    summaries: Tensor | None = None
 
 
 class CrossAttentionPath(nn.Module):
@@ -210,7 +213,7 @@ class CrossAttentionPath(nn.Module):
     ``separate_keys=False`` (CIPNP/IPNP): keys = values = the h inducing points.
     """
 
-    def __init__(self, config: NPConfig, set_encoder: SetEncoder, *, separate_keys: bool) -> None:
+    def __init__(self, config: NPConfig, set_encoder: nn.Module, *, separate_keys: bool) -> None:
         super().__init__()
         w = config.d_model
         self.query_mlp = mlp(config.x_dim, w, w)
@@ -227,7 +230,8 @@ class CrossAttentionPath(nn.Module):
         tokens = self.value_mlp(torch.cat([context_x, context_y], dim=-1))  # (B, m, w)
         values, mask = self.set_encoder(tokens, context_mask)  # (B, m, w) or (B, h, w)
         keys = values if self.key_mlp is None else self.key_mlp(context_x)
-        return CrossContext(keys, values, mask)
+        summaries = values if isinstance(self.set_encoder, InducingPointSetEncoder) else None
+        return CrossContext(keys, values, mask, summaries)
 
     def forward(self, context: CrossContext, target_x: Tensor) -> Tensor:
         queries = self.query_mlp(target_x)  # (B, n, w)
@@ -290,7 +294,7 @@ class NeuralProcess(nn.Module):
         self,
         config: NPConfig,
         cross_path: CrossAttentionPath,
-        pooling_path: PoolingPath,
+        pooling_path: nn.Module,
         d_latent: int | None,
     ) -> None:
         super().__init__()
@@ -319,7 +323,12 @@ class NeuralProcess(nn.Module):
         cross = self.cross_path.encode(context_x, context_y, context_mask)
         if self.is_latent:
             return EncodedContext(cross, prior=self.latent_distribution(context_x, context_y, context_mask))
-        return EncodedContext(cross, summary=self.pooling_path(context_x, context_y, context_mask))
+        return EncodedContext(cross, summary=self.summarise(cross, context_x, context_y, context_mask))
+
+    def summarise(self, cross: CrossContext, x: Tensor, y: Tensor, mask: Tensor | None) -> Tensor:
+        """A conditional model's global summary r' ``(B, w)`` of the context: the pooling path's
+        (``cross``, the cross path's encoding of the same context, is there for models that reuse it)."""
+        return self.pooling_path(x, y, mask)
 
     def decode(
         self, context: EncodedContext, target_x: Tensor, z: Tensor | None = None
