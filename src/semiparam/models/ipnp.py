@@ -239,12 +239,13 @@ class CIPNPModule(NeuralProcess):
 
     def __init__(self, config: CIPNPConfig) -> None:
         w, heads, h = config.d_model, config.n_heads, _inducing(config)
+        cross = _cross_path(config)  # built first: the initialisation draws in the order they always had
         pool = (
             InducingSummaryPool(w)
             if config.summary_encoder == "shared"
             else PoolingPath(config, InducingPointSetEncoder(w, heads, h), d_out=w)
         )
-        super().__init__(config, _cross_path(config), pool, d_latent=None)
+        super().__init__(config, cross, pool, d_latent=None)
 
     def summarise(self, cross: CrossContext, x: Tensor, y: Tensor, mask: Tensor | None) -> Tensor:
         if isinstance(self.pooling_path, InducingSummaryPool):
