@@ -7,8 +7,9 @@ points. Two models:
 
 - **CIPNP** (conditional): targets cross-attend (queries MLP(x_t)) to the inducing points of one
   SPIN encoder, keys = values = inducing points; a second SPIN encoder, mean-pooled over its
-  inducing points, gives a deterministic global summary r'. Gaussian head, sigma = 0.1 + 0.9
-  softplus. Trained by the target log-likelihood.
+  inducing points, gives a deterministic global summary r' (``summary_encoder="shared"`` pools
+  the first encoder's inducing points instead, :class:`InducingSummaryPool`: one SPIN encoder in
+  all). Gaussian head, sigma = 0.1 + 0.9 softplus. Trained by the target log-likelihood.
 - **IPNP** (latent): the pooled path gives a global latent z ~ N(mu_z, sigma_z) with
   sigma_z = 0.1 + 0.9 sigmoid; trained by the variational lower bound (ELBO) with the posterior
   from context + targets and the prior from the context.
