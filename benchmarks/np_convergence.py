@@ -5,8 +5,9 @@ log-likelihood at least that of CANP/ANP/BANP at most context ranges, at up to h
 each model is trained on each context range with several seeds, long enough for its validation
 curve to flatten, and scored on held-out tasks from three kernels (RBF, the training kernel;
 Matern-5/2 and periodic, out of distribution) beside the exact GP posterior. Also: TNP-D, the
-current reference model on these tasks, and CIPNP as the paper builds it (``readout="inducing"``)
-beside the library's default (``readout="context"``).
+current reference model on these tasks, and CIPNP as the paper builds it (``readout="inducing"``,
+``summary_encoder="separate"``) beside the library's default (``readout="context"``,
+``summary_encoder="shared"``) and the forms in between.
 
 Every cell (model, range, seed) runs in its own subprocess with a training checkpoint, so a killed
 run resumes where it stopped (``--resume``); results are written after every cell. Cells run in
@@ -60,14 +61,16 @@ EVAL_SEED, VALIDATION_SEED = 0, 1
 MODELS: dict[str, tuple[Any, dict[str, Any]]] = {
     "CIPNP": (CIPNP, {}),
     "CANP": (CANP, {}),
-    "CIPNP-paper": (CIPNP, {"readout": "inducing"}),
-    # lighter forms of the default's read-out, for the cost clause (0.6x CANP)
-    "CIPNP-ff4": (CIPNP, {"readback_ff": 4}),  # the read-back with a 4x feed-forward, the earlier default
-    "CIPNP-ff1": (CIPNP, {"readback_ff": 1}),
-    "CIPNP-ff0": (CIPNP, {"readback_ff": 0}),  # = the default now; kept so older cells can be named
-    "CIPNP-located": (CIPNP, {"readout": "located"}),
-    # r' pooled from the cross path's inducing points instead of a second SPIN encoder (memory)
-    "CIPNP-shared": (CIPNP, {"summary_encoder": "shared"}),
+    # the other CIPNP forms pin summary_encoder="separate" (r' from a second SPIN encoder, the paper's
+    # and each form's own from before the shared summary became the default)
+    "CIPNP-paper": (CIPNP, {"readout": "inducing", "summary_encoder": "separate"}),
+    "CIPNP-separate": (CIPNP, {"summary_encoder": "separate"}),  # the default before "shared"
+    # lighter forms of the read-out, for the cost clause (0.6x CANP)
+    "CIPNP-ff4": (CIPNP, {"readback_ff": 4, "summary_encoder": "separate"}),  # the first default
+    "CIPNP-ff1": (CIPNP, {"readback_ff": 1, "summary_encoder": "separate"}),
+    "CIPNP-ff0": (CIPNP, {"readback_ff": 0, "summary_encoder": "separate"}),  # = CIPNP-separate
+    "CIPNP-located": (CIPNP, {"readout": "located", "summary_encoder": "separate"}),
+    "CIPNP-shared": (CIPNP, {"summary_encoder": "shared"}),  # = the default now; names older cells
     "IPNP": (IPNP, {}),
     "ANP": (ANP, {}),
     "BANP": (BANP, {}),
@@ -269,6 +272,8 @@ def write_report(results: dict[str, Any], out: Path) -> None:
         "- Error bars: ± standard deviation over seeds (n seeds shown); for one seed (a screened"
         " variant, or a run not finished), ± standard error"
         " over the evaluation batches.",
+        "- Models (options beyond the widths): "
+        + "; ".join(f"{m} = {describe(m)}" for m in settings["models"] if m in MODELS),
         "",
     ]
     for kernel in KERNELS:
@@ -292,6 +297,14 @@ def write_report(results: dict[str, Any], out: Path) -> None:
         lines += ["", f"**{pending} cells of the plan have not run yet** (`--resume` runs them).", ""]
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     plot(results, cells, ranges, models, out.with_suffix(".png"))
+
+
+def describe(model: str) -> str:
+    """``CIPNP(readout='inducing', ...)``: the estimator and the options a model name stands for."""
+    cls, extra = MODELS[model]
+    options = ", ".join(f"{k}={v!r}" for k, v in extra.items())
+    kernel = " on PyTorch's math attention kernel" if model in PROBE_ONLY else ""
+    return f"`{cls.__name__}({options})`{kernel}"
 
 
 def plan_from_settings(settings: dict[str, Any]) -> list[tuple[str, int, int, int]]:

@@ -35,7 +35,7 @@ EXTRA = {IPNP: {"d_latent": 8}, ANP: {"d_latent": 8}, TNPD: {"n_layers": 2, "d_f
 VARIANTS = [
     (CIPNP, {"readout": "located"}),
     (CIPNP, {"readback_ff": 4}),
-    (CIPNP, {"summary_encoder": "shared"}),
+    (CIPNP, {"summary_encoder": "separate"}),
     (IPNP, {"readout": "inducing"}),
 ]
 
@@ -137,14 +137,16 @@ def test_a_model_saved_before_an_option_existed_loads_as_it_was_trained(tmp_path
     np.testing.assert_allclose(loaded.log_likelihood(b.context_x, b.context_y, b.target_x, b.target_y), ll)
 
 
-def test_readback_ff_default_is_no_feed_forward() -> None:
+def test_cipnp_defaults_no_read_back_feed_forward_and_a_shared_summary() -> None:
     assert CIPNP().config.readback_ff == 0
+    assert CIPNP().config.summary_encoder == "shared"
+    assert IPNP().config.summary_encoder == "separate"  # the latent model's own encoder
 
 
 @pytest.mark.parametrize("readout", ["context", "inducing", "located"])
 def test_shared_summary_pools_the_cross_paths_inducing_points(readout) -> None:
     sampler = GPTaskSampler(min_ctx=8, max_ctx=9)
-    module = CIPNP(summary_encoder="shared", readout=readout, **TINY).fit(sampler, max_steps=1).module_
+    module = CIPNP(readout=readout, **TINY).fit(sampler, max_steps=1).module_
     assert not hasattr(module.pooling_path, "set_encoder")  # no second SPIN encoder
     cx, cy = torch.rand(2, 9, 1), torch.rand(2, 9, 1)
     mask = torch.tensor([[True] * 9, [True] * 6 + [False] * 3])

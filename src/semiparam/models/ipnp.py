@@ -7,9 +7,9 @@ points. Two models:
 
 - **CIPNP** (conditional): targets cross-attend (queries MLP(x_t)) to the inducing points of one
   SPIN encoder, keys = values = inducing points; a second SPIN encoder, mean-pooled over its
-  inducing points, gives a deterministic global summary r' (``summary_encoder="shared"`` pools
-  the first encoder's inducing points instead, :class:`InducingSummaryPool`: one SPIN encoder in
-  all). Gaussian head, sigma = 0.1 + 0.9 softplus. Trained by the target log-likelihood.
+  inducing points, gives a deterministic global summary r' (in the paper; here by default the
+  first encoder's inducing points are pooled instead, see ``summary_encoder`` below). Gaussian
+  head, sigma = 0.1 + 0.9 softplus. Trained by the target log-likelihood.
 - **IPNP** (latent): the pooled path gives a global latent z ~ N(mu_z, sigma_z) with
   sigma_z = 0.1 + 0.9 sigmoid; trained by the variational lower bound (ELBO) with the posterior
   from context + targets and the prior from the context.
@@ -35,6 +35,15 @@ models saved with it load as such) bought no accuracy at equal steps.
 looks (:class:`LocatedInducingPath`). ``benchmarks/np_convergence.py`` trains every form.
 NOTE[DIFF]: none of this is in the paper (its CIPNP has targets attend to H_D only); the measured
 reasons are in ``benchmarks/results/np_convergence.md``.
+
+**Where r' comes from** (``summary_encoder``). The paper's CIPNP, like the ANP family, has a second
+encoder of its own for the global summary r' (``"separate"``). Once the read-out is linear in m,
+that encoder's per-context-point work (its input MLP and the keys and values of its XABD) is a
+large share of what a training step stores per context point. ``"shared"`` (the default) pools
+the cross path's own h inducing points instead (:class:`InducingSummaryPool`): one SPIN encoder in
+all. Models saved before the option existed load with ``"separate"``; IPNP keeps its own latent
+encoder (its posterior encodes context and targets together). NOTE[DIFF]: not in the paper; the
+measured reasons are in ``benchmarks/results/np_convergence.md``.
 """
 
 from __future__ import annotations
@@ -72,7 +81,7 @@ class CIPNPConfig(NPConfig):
     n_inducing: int | None = None
     readout: Readout = "context"  # "inducing": the paper's (targets attend to H_D only), see above
     readback_ff: int = 0  # readout="context": feed-forward multiplier of the read-back block; 0 = none
-    summary_encoder: SummaryEncoder = "separate"  # "shared": r' pools the cross path's inducing points
+    summary_encoder: SummaryEncoder = "shared"  # r' pools the cross path's inducing points; see above
 
     def validate(self) -> None:
         super().validate()
@@ -96,6 +105,7 @@ class IPNPConfig(CIPNPConfig):
     """IPNP: CIPNP widths plus ``d_latent``, the size of z (paper A.6: 128)."""
 
     d_latent: int = 128
+    summary_encoder: SummaryEncoder = "separate"  # the only choice for the latent model (validate)
 
     def validate(self) -> None:
         super().validate()
