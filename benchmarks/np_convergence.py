@@ -68,9 +68,7 @@ MODELS: dict[str, tuple[Any, dict[str, Any]]] = {
     # lighter forms of the read-out, for the cost clause (0.6x CANP)
     "CIPNP-ff4": (CIPNP, {"readback_ff": 4, "summary_encoder": "separate"}),  # the first default
     "CIPNP-ff1": (CIPNP, {"readback_ff": 1, "summary_encoder": "separate"}),
-    "CIPNP-ff0": (CIPNP, {"readback_ff": 0, "summary_encoder": "separate"}),  # = CIPNP-separate
     "CIPNP-located": (CIPNP, {"readout": "located", "summary_encoder": "separate"}),
-    "CIPNP-shared": (CIPNP, {"summary_encoder": "shared"}),  # = the default now; names older cells
     "IPNP": (IPNP, {}),
     "ANP": (ANP, {}),
     "BANP": (BANP, {}),
@@ -635,9 +633,11 @@ def rekey_verified(args: argparse.Namespace, old_commit: str, renames: dict[str,
     the other models stay stale (the next run reruns them). Probes (timings) are never restamped.
 
     ``renames`` (new name -> old name): a model whose name moved, e.g. when a variant became the
-    default (``CIPNP=CIPNP-ff0``: the new default is checked against the old explicit variant, and
-    its cells become the default's; ``CIPNP-ff4=CIPNP``: the old default's cells become those of
-    the explicit variant now)."""
+    default (``CIPNP=CIPNP-shared,CIPNP-separate=CIPNP``: the new default is checked against the
+    old explicit variant and its cells become the default's; the old default's cells become those
+    of the explicit variant now). The old side runs this script's ``MODELS`` under the old ``src``,
+    so both names must be in ``MODELS`` while the rename runs; an alias kept for it can go once no
+    cell bears its name."""
     out = RESULTS / "np_convergence.json"
     restore_cells(out)
     root = HERE.parent
