@@ -24,6 +24,7 @@ Outputs: ``benchmarks/results/np_convergence.{json,md,png}``; checkpoints and da
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import json
 import math
@@ -98,7 +99,7 @@ def build(model: str, args: argparse.Namespace, seed: int) -> Any:
     options: dict[str, Any] = {"d_model": args.d_model, "n_heads": args.n_heads, **extra}
     if model in LATENT:
         options["d_latent"] = args.d_model
-    return cls(random_state=seed, **options)
+    return cls(random_state=seed, device=getattr(args, "device", "cpu"), **options)
 
 
 def eval_batches(kernel: str, lo: int, hi: int, n: int, seed: int) -> list[Any]:
@@ -130,7 +131,9 @@ def worker(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     lo, hi = args.range
     model = build(args.model, args, args.seed)
-    train = GPTaskSampler("rbf", min_ctx=lo, max_ctx=hi, random_state=1000 + args.seed)
+    # the training draws on the model's device (a CUDA device computes their Cholesky); the held-out
+    # batches are drawn on the CPU, the same tasks on every device, and moved by the model
+    train = GPTaskSampler("rbf", min_ctx=lo, max_ctx=hi, random_state=1000 + args.seed, device=args.device)
     validation = eval_batches("rbf", lo, hi, args.validation_batches, VALIDATION_SEED)
     cpu_start, wall_start = time.process_time(), time.perf_counter()
     model.fit(
@@ -148,6 +151,7 @@ def worker(args: argparse.Namespace) -> None:
         "model": args.model,
         "range": [lo, hi],
         "seed": args.seed,
+        "device": device_name(args.device),
         "steps": history.n_steps,
         "n_parameters": model.n_parameters,
         "config": model.config_.to_dict(),
@@ -232,9 +236,20 @@ def probe(args: argparse.Namespace) -> None:
 
 
 def git_commit() -> str:
+    """This checkout's commit; on a copy of the tree without git (a device machine), the commit the
+    caller names in ``BENCH_GIT_COMMIT``."""
     done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE)
+    if done.returncode != 0:
+        return os.environ.get("BENCH_GIT_COMMIT", "unknown (no git)")
     dirty = subprocess.run(["git", "status", "--porcelain", "src"], capture_output=True, text=True, cwd=HERE)
     return done.stdout.strip() + ("+uncommitted src changes" if dirty.stdout.strip() else "")
+
+
+def device_name(device: str) -> str:
+    """``"cpu"``, or the accelerator's name (``"cuda: NVIDIA H200"``)."""
+    if device.startswith("cuda"):
+        return f"cuda: {torch.cuda.get_device_name(torch.device(device))}"
+    return device
 
 
 # ---- report ----------------------------------------------------------------------------------------
@@ -257,7 +272,12 @@ def write_report(results: dict[str, Any], out: Path) -> None:
         f"- Code: git {results['git_commit']}, neural-process code hash {results['np_code_hash']}",
         f"- Machine: {results['machine'].get('cpu')}, {results['machine'].get('cpu_count')} cores,"
         f" torch {results['machine']['versions'].get('torch')}, {settings['threads']} thread per run,"
-        " one run at a time, nothing else heavy on the machine",
+        + (
+            " one run at a time, nothing else heavy on the machine"
+            if settings.get("jobs", 1) == 1
+            else f" {settings['jobs']} runs at a time sharing the machine"
+        )
+        + f"; training on {results.get('device', 'cpu')}",
         f"- Training: {settings['steps']} steps of 16 RBF tasks (x ~ U(-2,2), lengthscale ~ U(0.1,0.6),"
         f" scale ~ U(0.1,1), noise 0.02; m ~ U[range], n ~ U[4,64]), Adam, lr {settings['lr']:g} cosine to 0,"
         f" width {settings['d_model']}, {settings['n_heads']} heads; each seed its own task stream and"
@@ -576,8 +596,10 @@ def cell_is_current(cell: dict[str, Any], args: argparse.Namespace) -> bool:
             and (cell.get("model") != "CANP-dense" or cell.get("attention_kernel") == "math")
         )
     train, config = cell["train_config"], cell["config"]
+    trained_on = cell.get("device", "cpu")  # cells from before the option trained on the CPU
     return (
-        train["max_steps"] == args.steps
+        (trained_on == "cpu") == (args.device == "cpu")
+        and train["max_steps"] == args.steps
         and math.isclose(train["learning_rate"], args.lr)
         and train["eval_every"] == args.eval_every
         and [config["d_model"], config["n_heads"]] == [args.d_model, args.n_heads]
@@ -733,6 +755,12 @@ def main() -> None:
     parser.add_argument("--probe-steps", type=int, default=12)
     parser.add_argument("--probe-rounds", type=int, default=3, help="round-robin repeats of every probe")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--device", default="cpu", help="where the cells train (cuda: with --probe-rounds 0; the probes are CPU's)"
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="cells run at a time (1 for timings; more shares the machine)"
+    )
     parser.add_argument("--resume", action="store_true", help="keep finished cells (always on for cells)")
     parser.add_argument(
         "--rekey-verified",
@@ -773,11 +801,13 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown models {sorted(unknown)}; choose from {list(MODELS)}")
     args.seeds = [int(s) for s in args.seeds.split(",") if s]
+    if args.device != "cpu" and args.probe_rounds and args.kind == "driver":
+        parser.error("--device other than cpu needs --probe-rounds 0 (the probes measure the CPU's memory)")
     sys.argv_worker = [  # type: ignore[attr-defined]
         "--steps", str(args.steps), "--lr", str(args.lr), "--d-model", str(args.d_model),
         "--n-heads", str(args.n_heads), "--eval-every", str(args.eval_every),
         "--validation-batches", str(args.validation_batches), "--eval-batches", str(args.eval_batches),
-        "--probe-steps", str(args.probe_steps), "--threads", str(args.threads),
+        "--probe-steps", str(args.probe_steps), "--threads", str(args.threads), "--device", args.device,
         "--out-dir", str(args.out_dir),
     ]  # fmt: skip
     TMP.mkdir(parents=True, exist_ok=True)
@@ -793,7 +823,10 @@ def main() -> None:
         "np_code_hash": args.np_code_hash,
     }
     if args.kind == "report" and previous.exists():  # the run's command, commit and machine, not ours
-        meta.update({k: json.loads(previous.read_text())[k] for k in ("git_commit", "command", "machine")})
+        old = json.loads(previous.read_text())
+        meta.update({k: old[k] for k in ("git_commit", "command", "machine")}, device=old.get("device", "cpu"))
+    else:
+        meta["device"] = device_name(args.device)
     if args.rekey_verified:
         renames = dict(pair.split("=", 1) for pair in args.rekey_rename.split(",") if pair)
         rekey_verified(args, args.rekey_verified, renames)
@@ -820,10 +853,14 @@ def main() -> None:
                     results[key].append(cell)
         write_report(results, out)
         return
-    for model, lo, hi, seed in plan(args):
-        results["cells"].append(run_cell(args, "worker", model, lo, hi, seed))
-        results["wall_seconds_this_invocation"] = time.time() - started
-        write_report(results, out)
+    order = {cell: k for k, cell in enumerate(plan(args))}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:  # subprocesses do the work
+        running = {pool.submit(run_cell, args, "worker", *cell): cell for cell in order}
+        for done in concurrent.futures.as_completed(running):
+            results["cells"].append(done.result())
+            results["cells"].sort(key=lambda c: order[(c["model"], *c["range"], c["seed"])])
+            results["wall_seconds_this_invocation"] = time.time() - started
+            write_report(results, out)
 
 
 if __name__ == "__main__":

@@ -15,9 +15,10 @@ RBF only and gives no hyper-parameters for the others. NOTE[DIFF]: our choices f
 Matern-5/2 ``s^2 (1 + r + r^2/3) exp(-r)`` with ``r = sqrt(5) d / l`` and l ~ U(0.1, 0.6), and periodic
 ``s^2 exp(-2 sin^2(pi d / p) / l^2)`` with l ~ U(0.5, 1.5) and period p ~ U(0.5, 2.0).
 
-Draws are made on the CPU in float64 (Cholesky of the (m+n)x(m+n) covariance) from the sampler's
-own seeded generator, so a seed gives the same tasks on any device; batches are then moved to
-``device`` as float32.
+Draws are made in float64 from the sampler's own seeded CPU generator, so a seed gives the same
+tasks on any device; batches are then moved to ``device`` as float32. On a CUDA device the
+covariance and its Cholesky (the cost of a draw) are computed there, in float64 too: the same tasks
+up to float64 rounding, and the draw no longer holds back a training step on the GPU.
 """
 
 from __future__ import annotations
@@ -180,13 +181,19 @@ class GPTaskSampler:
         # m + n points per task; any subset of GP draws is a GP draw, so a shorter task just
         # uses the first m_i context and first n_i target points of its block
         x = self._uniform((batch_size, m + n, 1), *self.x_range)  # (B, m + n, 1)
+        # the draws stay on the CPU generator; on a CUDA device the covariance and its Cholesky
+        # (the cost of a draw: O((m + n)^3) per task) are computed there, in float64 too
+        where = self.device if self.device.type == "cuda" else torch.device("cpu")
+        x = x.to(where)
+        params = {k: v.to(where) for k, v in params.items()}
         cov = kernel_matrix(self.kernel, x, x, params)  # (B, m + n, m + n)
         cov.diagonal(dim1=1, dim2=2).add_(self.noise_std**2 + _JITTER)
         chol = torch.linalg.cholesky(cov)
         eps = torch.randn((batch_size, m + n, 1), generator=self._generator, dtype=torch.float64)
-        y = chol @ eps  # (B, m + n, 1)
-        positions_c = torch.arange(m)[None, :]
-        positions_t = torch.arange(n)[None, :]
+        y = chol @ eps.to(where)  # (B, m + n, 1)
+        positions_c = torch.arange(m, device=where)[None, :]
+        positions_t = torch.arange(n, device=where)[None, :]
+        n_ctx, n_tgt = n_ctx.to(where), n_tgt.to(where)
         context_mask = positions_c < n_ctx[:, None]  # (B, m)
         target_mask = positions_t < n_tgt[:, None]  # (B, n)
         keep_c = context_mask[..., None].to(torch.float64)

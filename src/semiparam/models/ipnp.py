@@ -157,11 +157,7 @@ class InducedContextEncoder(nn.Module):
             else CrossAttentionResidual(width, n_heads)
         )
 
-    def forward(self, tokens: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor | None]:
-        read_back, mask, _ = self.encode(tokens, mask)
-        return read_back, mask
-
-    def encode(self, tokens: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor | None, Tensor]:
+    def forward(self, tokens: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor | None, Tensor]:
         """``(D', mask, H)``: the read-back ``(B, m, w)``, its mask and the summaries ``(B, h, w)``."""
         summaries, _ = self.inducing(tokens, mask)  # (B, h, w)
         return self.readback(tokens, summaries), mask, summaries
@@ -181,7 +177,7 @@ class InducedContextPath(CrossAttentionPath):
         encoder = self.set_encoder
         assert isinstance(encoder, InducedContextEncoder) and self.key_mlp is not None
         tokens = self.value_mlp(torch.cat([context_x, context_y], dim=-1))  # (B, m, w)
-        values, mask, summaries = encoder.encode(tokens, context_mask)
+        values, mask, summaries = encoder(tokens, context_mask)
         return CrossContext(self.key_mlp(context_x), values, mask, summaries)
 
 
