@@ -135,6 +135,8 @@ def worker(args: argparse.Namespace) -> None:
     # batches are drawn on the CPU, the same tasks on every device, and moved by the model
     train = GPTaskSampler("rbf", min_ctx=lo, max_ctx=hi, random_state=1000 + args.seed, device=args.device)
     validation = eval_batches("rbf", lo, hi, args.validation_batches, VALIDATION_SEED)
+    checkpoints = TMP / "checkpoints" / cell_name(args.model, lo, hi, args.seed)
+    devices = record_device(checkpoints, device_name(args.device))
     cpu_start, wall_start = time.process_time(), time.perf_counter()
     model.fit(
         train,
@@ -144,7 +146,7 @@ def worker(args: argparse.Namespace) -> None:
         log_every=50,
         validation=validation,
         eval_every=args.eval_every,
-        checkpoint_dir=TMP / "checkpoints" / cell_name(args.model, lo, hi, args.seed),
+        checkpoint_dir=checkpoints,
     )
     history = model.history_
     result: dict[str, Any] = {
@@ -152,6 +154,7 @@ def worker(args: argparse.Namespace) -> None:
         "range": [lo, hi],
         "seed": args.seed,
         "device": device_name(args.device),
+        "devices": devices,
         "steps": history.n_steps,
         "n_parameters": model.n_parameters,
         "config": model.config_.to_dict(),
@@ -173,6 +176,18 @@ def worker(args: argparse.Namespace) -> None:
     result["eval_ll_per_batch"] = scores
     Path(args.result).write_text(json.dumps(result, indent=1))
     print(f"[cell] {args.model} [{lo},{hi}] seed {args.seed}: rbf {mean(scores['rbf']):.3f}", flush=True)
+
+
+def record_device(checkpoints: Path, device: str) -> list[dict[str, Any]]:
+    """The devices this cell has trained on, this one appended: a run killed and resumed elsewhere
+    (begun on an accelerator, finished on the CPU) says so. Kept beside the cell's checkpoints
+    (``devices.json``; a run that stopped before this existed has the entries written for it)."""
+    trail = checkpoints / "devices.json"
+    devices = json.loads(trail.read_text()) if trail.exists() else []
+    devices.append({"device": device, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    checkpoints.mkdir(parents=True, exist_ok=True)
+    trail.write_text(json.dumps(devices, indent=1))
+    return devices
 
 
 class Replay:
@@ -277,7 +292,12 @@ def write_report(results: dict[str, Any], out: Path) -> None:
             if settings.get("jobs", 1) == 1
             else f" {settings['jobs']} runs at a time sharing the machine"
         )
-        + f"; training on {results.get('device', 'cpu')}",
+        + f"; training on {results.get('device', 'cpu')}"
+        + (
+            ""
+            if all(trained_on(c) == results.get("device", "cpu") for c in cells)
+            else " except the runs the convergence table names (trained on another device, or begun on one)"
+        ),
         f"- Training: {settings['steps']} steps of 16 RBF tasks (x ~ U(-2,2), lengthscale ~ U(0.1,0.6),"
         f" scale ~ U(0.1,1), noise 0.02; m ~ U[range], n ~ U[4,64]), Adam, lr {settings['lr']:g} cosine to 0,"
         f" width {settings['d_model']}, {settings['n_heads']} heads; each seed its own task stream and"
@@ -457,9 +477,20 @@ def cost_table(cells, probes, ranges, models) -> list[str]:  # noqa: ANN001
                 cols.append(f"{p['peak_memory_mb'] / base['peak_memory_mb']:.2f}" if base else "–")
             else:
                 cols += ["–"] * 4
-            cols.append(f"{run['seconds_per_step']:.3f}" if run else "–")
+            where = trained_on(run) if run else "cpu"
+            if run and where != "cpu":  # an accelerator's time, or several devices' together
+                mixed = " then " in where
+                cols.append("– (mixed)" if mixed else f"{run['seconds_per_step']:.3f} ({where})")
+            else:
+                cols.append(f"{run['seconds_per_step']:.3f}" if run else "–")
             lines.append("| " + " | ".join(cols) + " |")
     return lines + [""]
+
+
+def trained_on(cell: dict[str, Any]) -> str:
+    """The device(s) a cell trained on, in order (``cpu``; ``cuda: NVIDIA H200 then cpu``)."""
+    devices = [d["device"] for d in cell.get("devices", [])] or [cell.get("device", "cpu")]
+    return " then ".join(d for k, d in enumerate(devices) if k == 0 or d != devices[k - 1])
 
 
 def convergence_table(cells, models, ranges) -> list[str]:  # noqa: ANN001
@@ -470,8 +501,9 @@ def convergence_table(cells, models, ranges) -> list[str]:  # noqa: ANN001
         " and the step of the weights kept, per run. A small second-half gain against the first half's"
         " means the run is near its plateau under this schedule.",
         "",
-        "| model | range | seed | val ll at 1/2 | val ll at end | 2nd-half gain | best step / steps |",
-        "|---|---|---|---|---|---|---|",
+        "| model | range | seed | val ll at 1/2 | val ll at end | 2nd-half gain | best step / steps"
+        " | trained on |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for model in models:
         for lo, hi in ranges:
@@ -482,7 +514,7 @@ def convergence_table(cells, models, ranges) -> list[str]:  # noqa: ANN001
                 half = min(range(len(steps)), key=lambda i: abs(steps[i] - steps[-1] / 2))
                 lines.append(
                     f"| {model} | [{lo},{hi}] | {c['seed']} | {ll[half]:.3f} | {ll[-1]:.3f} |"
-                    f" {ll[-1] - ll[half]:+.3f} | {c['best_step']} / {c['steps']} |"
+                    f" {ll[-1] - ll[half]:+.3f} | {c['best_step']} / {c['steps']} | {trained_on(c)} |"
                 )
     return lines + [""]
 
@@ -596,10 +628,8 @@ def cell_is_current(cell: dict[str, Any], args: argparse.Namespace) -> bool:
             and (cell.get("model") != "CANP-dense" or cell.get("attention_kernel") == "math")
         )
     train, config = cell["train_config"], cell["config"]
-    trained_on = cell.get("device", "cpu")  # cells from before the option trained on the CPU
     return (
-        (trained_on == "cpu") == (args.device == "cpu")
-        and train["max_steps"] == args.steps
+        train["max_steps"] == args.steps
         and math.isclose(train["learning_rate"], args.lr)
         and train["eval_every"] == args.eval_every
         and [config["d_model"], config["n_heads"]] == [args.d_model, args.n_heads]
@@ -755,9 +785,7 @@ def main() -> None:
     parser.add_argument("--probe-steps", type=int, default=12)
     parser.add_argument("--probe-rounds", type=int, default=3, help="round-robin repeats of every probe")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument(
-        "--device", default="cpu", help="where the cells train (cuda: with --probe-rounds 0; the probes are CPU's)"
-    )
+    parser.add_argument("--device", default="cpu", help="where cells train (cuda needs --probe-rounds 0)")
     parser.add_argument(
         "--jobs", type=int, default=1, help="cells run at a time (1 for timings; more shares the machine)"
     )
@@ -824,7 +852,8 @@ def main() -> None:
     }
     if args.kind == "report" and previous.exists():  # the run's command, commit and machine, not ours
         old = json.loads(previous.read_text())
-        meta.update({k: old[k] for k in ("git_commit", "command", "machine")}, device=old.get("device", "cpu"))
+        meta.update({k: old[k] for k in ("git_commit", "command", "machine")})
+        meta["device"] = old.get("device", "cpu")
     else:
         meta["device"] = device_name(args.device)
     if args.rekey_verified:
