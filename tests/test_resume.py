@@ -240,3 +240,28 @@ def test_two_fits_in_two_threads_match_each_fitted_alone() -> None:
         together = list(pool.map(fit, [0, 1, 0, 1]))
     for k, preds in enumerate(together):
         np.testing.assert_array_equal(preds, alone[k % 2])
+
+
+def test_a_generator_state_from_another_kind_of_device_seeds_the_generator_with_a_warning() -> None:
+    """A CUDA generator's state (16 bytes: seed and offset) cannot be put into a CPU generator: a
+    fit begun on a GPU and resumed on the CPU gets its generator seeded from the saved state, the
+    same seed for the same state, and a warning saying its draws now differ."""
+    from semiparam.training.checkpoint import set_rng_state
+
+    cuda_like = torch.arange(16, dtype=torch.uint8)  # the size of a CUDA (Philox) generator state
+    draws = []
+    for _ in range(2):
+        generator = torch.Generator()
+        with pytest.warns(UserWarning, match="another kind of device"):
+            set_rng_state({"masking": cuda_like}, {"masking": generator})
+        draws.append(torch.rand(4, generator=generator))
+    torch.testing.assert_close(draws[0], draws[1])
+    other = torch.Generator()
+    with pytest.warns(UserWarning):
+        set_rng_state({"masking": cuda_like + 1}, {"masking": other})
+    assert not torch.equal(torch.rand(4, generator=other), draws[0])
+    same_kind = torch.Generator().manual_seed(3)
+    saved = same_kind.get_state()
+    expected = torch.rand(4, generator=same_kind)
+    set_rng_state({"masking": saved}, {"masking": same_kind})  # same kind: restored exactly, no warning
+    torch.testing.assert_close(torch.rand(4, generator=same_kind), expected)

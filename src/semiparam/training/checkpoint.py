@@ -6,7 +6,9 @@ weights, the optimiser (LAMB moments and Lookahead's slow weights and counter), 
 smoothed loss), every random state (the dropout and masking generators, the row sampler's numpy
 generator and the rest of its epoch), the history, the step and the seconds trained so far.
 Resuming from it continues the fit exactly: the same seed gives the same weights as a run that was
-never interrupted.
+never interrupted. A fit may also resume on another kind of device (begun on a GPU, finished on the
+CPU): its weights, optimiser and schedule carry over, while a generator whose state cannot (the
+devices' generators differ) is seeded from the saved state, with a warning.
 
 A checkpoint carries a fingerprint of the data and settings it was made from (:func:`fingerprint`);
 resuming with other data, settings or seed raises :class:`CheckpointMismatchError` instead of
@@ -21,6 +23,7 @@ import hashlib
 import json
 import os
 import time
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -114,7 +117,8 @@ def rng_state(generators: Mapping[str, torch.Generator | None]) -> dict[str, Any
 
 
 def set_rng_state(state: dict[str, Any], generators: Mapping[str, torch.Generator | None]) -> None:
-    """Put the generators back in the states :func:`rng_state` saved."""
+    """Put the generators back in the states :func:`rng_state` saved (a state saved on another kind
+    of device: the generator seeded from it, with a warning)."""
     for name, g in generators.items():
         if g is None:
             continue
@@ -123,7 +127,23 @@ def set_rng_state(state: dict[str, Any], generators: Mapping[str, torch.Generato
                 f"the checkpoint holds no state of the {name} generator (made by an older semiparam); "
                 "delete it to start afresh"
             )
-        g.set_state(state[name].cpu())
+        saved = state[name].cpu()
+        if saved.numel() == g.get_state().numel():
+            g.set_state(saved)
+            continue
+        # a fit checkpointed on one kind of device (a CUDA generator's state is a seed and an
+        # offset) and resumed on another (the CPU's is a Mersenne-Twister state) cannot carry its
+        # random state over; the generator is seeded from the saved state instead, so the resumed
+        # fit is still determined by the checkpoint, but its draws from here on are not those the
+        # uninterrupted fit would have made.
+        seed = int.from_bytes(hashlib.sha256(saved.numpy().tobytes()).digest()[:8], "little")
+        g.manual_seed(seed)
+        warnings.warn(
+            f"the checkpoint's {name} generator was saved on another kind of device than "
+            f"{g.device}; it is seeded from the saved state, so the resumed fit's random draws "
+            "differ from those of a fit never interrupted",
+            stacklevel=2,
+        )
 
 
 def numpy_rng_state(rng: np.random.Generator) -> dict[str, Any]:
