@@ -330,6 +330,8 @@ def write_report(results: dict[str, Any], out: Path) -> None:
     probed = [m for m in settings["models"] if m in models or probe_of(results["probes"], m, *ranges[-1])]
     lines += cost_table(cells, results["probes"], ranges, probed)
     lines += convergence_table(cells, models, ranges)
+    if results.get("compare_with"):
+        lines += budget_table(cells, models, ranges, results["compare_with"], settings["steps"])
     pending = len(plan_from_settings(settings)) - len(results["cells"])
     if pending > 0:
         lines += ["", f"**{pending} cells of the plan have not run yet** (`--resume` runs them).", ""]
@@ -516,6 +518,37 @@ def convergence_table(cells, models, ranges) -> list[str]:  # noqa: ANN001
                     f"| {model} | [{lo},{hi}] | {c['seed']} | {ll[half]:.3f} | {ll[-1]:.3f} |"
                     f" {ll[-1] - ll[half]:+.3f} | {c['best_step']} / {c['steps']} | {trained_on(c)} |"
                 )
+    return lines + [""]
+
+
+def budget_table(cells, models, ranges, other: str, steps: int) -> list[str]:  # noqa: ANN001
+    """This run's RBF log-likelihood beside another run's of the same models, ranges and seeds
+    (e.g. a shorter schedule): what the longer training bought, per seed and on average."""
+    path = Path(other) if Path(other).is_absolute() else HERE.parent / other
+    theirs = json.loads(path.read_text())
+    other_cells = [c for c in theirs["cells"] if not c.get("failed")]
+    lines = [
+        f"## Against the {theirs['settings']['steps']}-step runs of `{other}`",
+        "",
+        "RBF target log-likelihood of the same model, range and seed (same initialisation and task"
+        f" stream) after {theirs['settings']['steps']} and after {steps} steps of the same schedule"
+        " shape (cosine to 0): the gain is what the longer training bought. Mean ± sd over the seeds"
+        " both ran.",
+        "",
+        f"| model | range | seeds | {theirs['settings']['steps']} steps | {steps} steps | gain |",
+        "|---|---|---|---|---|---|",
+    ]
+    for model in models:
+        for lo, hi in ranges:
+            mine, short = seed_scores(cells, model, lo, hi), seed_scores(other_cells, model, lo, hi)
+            common = sorted(set(mine) & set(short))
+            if not common:
+                continue
+            a, b = [short[k] for k in common], [mine[k] for k in common]
+            gains = [y - x for x, y in zip(a, b, strict=True)]
+            cols = [f"{mean(v):{sign}.3f}" + (f" ± {sd(v):.3f}" if len(v) > 1 else "") for v, sign in
+                    ((a, ""), (b, ""), (gains, "+"))]  # fmt: skip
+            lines.append(f"| {model} | [{lo},{hi}] | {len(common)} | " + " | ".join(cols) + " |")
     return lines + [""]
 
 
@@ -797,6 +830,12 @@ def main() -> None:
     )
     parser.add_argument("--probes-only", action="store_true", help="run the cost probes, not the cells")
     parser.add_argument(
+        "--compare-with",
+        metavar="JSON",
+        help="another run's results (e.g. benchmarks/results/np_convergence.json): the report sets this"
+        " run's log-likelihoods beside its own, model by model",
+    )
+    parser.add_argument(
         "--rekey-rename",
         default="",
         metavar="NEW=OLD,...",
@@ -840,7 +879,7 @@ def main() -> None:
     ]  # fmt: skip
     TMP.mkdir(parents=True, exist_ok=True)
     skip = ("kind", "model", "range", "seed", "result", "out_dir")
-    skip += ("rekey_verified", "rekey_rename", "probes_only")
+    skip += ("rekey_verified", "rekey_rename", "probes_only", "compare_with")
     settings = {k: v for k, v in vars(args).items() if k not in skip}
     args.np_code_hash, args.git_commit = code_hash(modules=NP_MODULES), git_commit()
     meta = {
@@ -849,6 +888,7 @@ def main() -> None:
         "settings": settings,
         "machine": machine_info(),
         "np_code_hash": args.np_code_hash,
+        "compare_with": args.compare_with,
     }
     if args.kind == "report" and previous.exists():  # the run's command, commit and machine, not ours
         old = json.loads(previous.read_text())
