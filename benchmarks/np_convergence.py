@@ -285,6 +285,7 @@ def write_report(results: dict[str, Any], out: Path) -> None:
         "",
         f"- Command: `{results['command']}`",
         f"- Code: git {results['git_commit']}, neural-process code hash {results['np_code_hash']}",
+        *([f"- Runs begun on another machine: {results['provenance']}"] if results.get("provenance") else []),
         f"- Machine: {results['machine'].get('cpu')}, {results['machine'].get('cpu_count')} cores,"
         f" torch {results['machine']['versions'].get('torch')}, {settings['threads']} thread per run,"
         + (
@@ -830,6 +831,11 @@ def main() -> None:
     )
     parser.add_argument("--probes-only", action="store_true", help="run the cost probes, not the cells")
     parser.add_argument(
+        "--provenance",
+        metavar="TEXT",
+        help="with report: how runs begun elsewhere were made (machine, command), printed in the report",
+    )
+    parser.add_argument(
         "--compare-with",
         metavar="JSON",
         help="another run's results (e.g. benchmarks/results/np_convergence.json): the report sets this"
@@ -879,7 +885,7 @@ def main() -> None:
     ]  # fmt: skip
     TMP.mkdir(parents=True, exist_ok=True)
     skip = ("kind", "model", "range", "seed", "result", "out_dir")
-    skip += ("rekey_verified", "rekey_rename", "probes_only", "compare_with")
+    skip += ("rekey_verified", "rekey_rename", "probes_only", "compare_with", "provenance")
     settings = {k: v for k, v in vars(args).items() if k not in skip}
     args.np_code_hash, args.git_commit = code_hash(modules=NP_MODULES), git_commit()
     meta = {
@@ -894,6 +900,8 @@ def main() -> None:
         old = json.loads(previous.read_text())
         meta.update({k: old[k] for k in ("git_commit", "command", "machine")})
         meta["device"] = old.get("device", "cpu")
+        meta["provenance"] = args.provenance or old.get("provenance")
+        meta["compare_with"] = args.compare_with or old.get("compare_with")
     else:
         meta["device"] = device_name(args.device)
     if args.rekey_verified:

@@ -164,7 +164,9 @@ def code_hash(
     each file's path and, for Python files, its syntax tree without docstrings (other files: their
     bytes); caches and the files under ``exclude`` (paths relative to the package, a trailing "/"
     for a folder; default: the presentation-only and image-only modules) left out. Benchmark
-    results keyed on it go stale when code that could change a number changes."""
+    results keyed on it go stale when code that could change a number changes. The syntax tree is
+    the running Python's (3.12 added fields to function and class nodes), so the same files hash
+    differently under another Python version: a result made elsewhere is matched by its commit."""
     if root is None:
         return _package_code_hash(exclude, modules)
     files = _source_files(root) if modules is None else import_closure(root, modules)
