@@ -285,7 +285,7 @@ def write_report(results: dict[str, Any], out: Path) -> None:
         "",
         f"- Command: `{results['command']}`",
         f"- Code: git {results['git_commit']}, neural-process code hash {results['np_code_hash']}",
-        *([f"- Runs begun on another machine: {results['provenance']}"] if results.get("provenance") else []),
+        *([f"- How some runs were made: {results['provenance']}"] if results.get("provenance") else []),
         f"- Machine: {results['machine'].get('cpu')}, {results['machine'].get('cpu_count')} cores,"
         f" torch {results['machine']['versions'].get('torch')}, {settings['threads']} thread per run,"
         + (
