@@ -1,9 +1,10 @@
-"""Neural processes trained to convergence: inducing-point NPs against the attentive baselines.
+"""Neural processes on GP meta-learning: inducing-point NPs against the attentive baselines.
 
 The SPIN paper's GP meta-learning claim (section 4.2, Figure 4): CIPNP/IPNP reach a target
 log-likelihood at least that of CANP/ANP/BANP at most context ranges, at up to half the cost. Here
-each model is trained on each context range with several seeds, long enough for its validation
-curve to flatten, and scored on held-out tasks from three kernels (RBF, the training kernel;
+each model is trained on each context range with several seeds (the report's convergence table
+says how near each run is to its plateau; ``--compare-with`` sets a longer schedule's runs beside a
+shorter one's), and scored on held-out tasks from three kernels (RBF, the training kernel;
 Matern-5/2 and periodic, out of distribution) beside the exact GP posterior. Also: TNP-D, the
 current reference model on these tasks, and CIPNP as the paper builds it (``readout="inducing"``,
 ``summary_encoder="separate"``) beside the library's default (``readout="context"``,
@@ -15,6 +16,9 @@ priority order: the acceptance pair (CIPNP, CANP) and the paper's CIPNP for ever
 first, then the other models. Reproduce, alone on the machine::
 
     python benchmarks/np_convergence.py --resume
+
+``--device cuda --jobs N --probe-rounds 0`` trains N cells at a time on a GPU; a cell's checkpoints
+resume on any device, and each cell records the devices it trained on (the report names them).
 
 Outputs: ``benchmarks/results/np_convergence.{json,md,png}``; checkpoints and data under
 ``benchmarks/results/tmp/np_convergence/``. Uses the public API (``semiparam.np``) and
@@ -180,8 +184,8 @@ def worker(args: argparse.Namespace) -> None:
 
 def record_device(checkpoints: Path, device: str) -> list[dict[str, Any]]:
     """The devices this cell has trained on, this one appended: a run killed and resumed elsewhere
-    (begun on an accelerator, finished on the CPU) says so. Kept beside the cell's checkpoints
-    (``devices.json``; a run that stopped before this existed has the entries written for it)."""
+    (begun on an accelerator, finished on the CPU) says so. Kept beside the cell's checkpoints, in
+    ``devices.json``."""
     trail = checkpoints / "devices.json"
     devices = json.loads(trail.read_text()) if trail.exists() else []
     devices.append({"device": device, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
