@@ -5,7 +5,7 @@ scikit-learn's Wisconsin breast cancer table (569 rows, 30 features, shipped wit
 the demo's seeded, stratified 80/20 split, ``NPTClassifier`` with only ``random_state`` set. The
 stated quality: held-out accuracy of at least 0.93 and log loss of at most 0.30 (predicting the
 class shares gives 0.66), from a fit that ends by itself, on a plateau, well before the step
-ceiling (the demo prints the fit time; on the 2-core development machine it is about a minute).
+ceiling (the demo prints the fit time).
 """
 
 import time
