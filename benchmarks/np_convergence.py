@@ -103,7 +103,7 @@ def build(model: str, args: argparse.Namespace, seed: int) -> Any:
     options: dict[str, Any] = {"d_model": args.d_model, "n_heads": args.n_heads, **extra}
     if model in LATENT:
         options["d_latent"] = args.d_model
-    return cls(random_state=seed, device=getattr(args, "device", "cpu"), **options)
+    return cls(random_state=seed, device=args.device, **options)
 
 
 def eval_batches(kernel: str, lo: int, hi: int, n: int, seed: int) -> list[Any]:
@@ -157,7 +157,6 @@ def worker(args: argparse.Namespace) -> None:
         "model": args.model,
         "range": [lo, hi],
         "seed": args.seed,
-        "device": device_name(args.device),
         "devices": devices,
         "steps": history.n_steps,
         "n_parameters": model.n_parameters,
@@ -496,7 +495,7 @@ def cost_table(cells, probes, ranges, models) -> list[str]:  # noqa: ANN001
 
 def trained_on(cell: dict[str, Any]) -> str:
     """The device(s) a cell trained on, in order (``cpu``; ``cuda: NVIDIA H200 then cpu``)."""
-    devices = [d["device"] for d in cell.get("devices", [])] or [cell.get("device", "cpu")]
+    devices = [d["device"] for d in cell.get("devices", [])] or ["cpu"]  # cells from before: the CPU
     return " then ".join(d for k, d in enumerate(devices) if k == 0 or d != devices[k - 1])
 
 
@@ -936,7 +935,7 @@ def main() -> None:
         return
     order = {cell: k for k, cell in enumerate(plan(args))}
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:  # subprocesses do the work
-        running = {pool.submit(run_cell, args, "worker", *cell): cell for cell in order}
+        running = [pool.submit(run_cell, args, "worker", *cell) for cell in order]
         for done in concurrent.futures.as_completed(running):
             results["cells"].append(done.result())
             results["cells"].sort(key=lambda c: order[(c["model"], *c["range"], c["seed"])])
