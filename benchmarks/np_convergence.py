@@ -254,11 +254,14 @@ def probe(args: argparse.Namespace) -> None:
 
 
 def git_commit() -> str:
-    """This checkout's commit; on a copy of the tree without git (a device machine), the commit the
-    caller names in ``BENCH_GIT_COMMIT``."""
+    """The commit the caller names in ``BENCH_GIT_COMMIT`` (a copy of the tree on a device machine,
+    whose own git, if any, can be stale: one such copy reported the session's first commit), else
+    this checkout's."""
+    if named := os.environ.get("BENCH_GIT_COMMIT"):
+        return named
     done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE)
     if done.returncode != 0:
-        return os.environ.get("BENCH_GIT_COMMIT", "unknown (no git)")
+        return "unknown (no git)"
     dirty = subprocess.run(["git", "status", "--porcelain", "src"], capture_output=True, text=True, cwd=HERE)
     return done.stdout.strip() + ("+uncommitted src changes" if dirty.stdout.strip() else "")
 
