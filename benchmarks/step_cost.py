@@ -56,6 +56,7 @@ WIDTHS: dict[str, dict[str, dict[str, Any]]] = {
     },
 }
 MATMUL_SIZE = 2048
+RATE_PROBE_SECONDS = 0.5
 
 
 def matmul_rate(threads: int, seconds: float = 1.0) -> float:
@@ -138,7 +139,10 @@ def worker(
     batch = Batch(torch.as_tensor(values_np), torch.as_tensor(missing_np), torch.ones(n, dtype=torch.bool))
     wall: list[float] = []
     cpu: list[float] = []
+    rates: list[float] = []  # the matmul rate probed before each timed step and after the last
     for step in range(steps + 1):
+        if step > 0:
+            rates.append(matmul_rate(threads, RATE_PROBE_SECONDS))
         t0, c0 = time.perf_counter(), time.process_time()
         trainer.train_step(batch, step)
         seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
@@ -147,6 +151,7 @@ def worker(
             cpu.append(cpu_seconds)
         partial = {"partial": True, "step": step, "seconds": seconds, "cpu_seconds": cpu_seconds}
         print(json.dumps({**partial, "peak_rss_gib": scaling._rss_gib()}), flush=True)
+    rates.append(matmul_rate(threads, RATE_PROBE_SECONDS))
     result["peak_rss_gib"] = scaling._rss_gib()
     result["step_rss_gib"] = result["peak_rss_gib"] - result["baseline_rss_gib"]
     count_cpu_attention()
@@ -160,7 +165,15 @@ def worker(
     result["step_seconds_median"] = median
     result["step_cpu_seconds_median"] = sorted(cpu)[len(cpu) // 2]
     result["achieved_gflops"] = result["flops_per_step"] / median / 1e9
-    result["fraction_of_matmul_rate"] = result["achieved_gflops"] / rate
+    # each step against the rate around it (the mean of the probes before and after it): on a shared
+    # machine whose speed drifts, a rate measured minutes earlier misstates the fraction
+    result["matmul_gflops_around_steps"] = rates
+    fractions = [
+        result["flops_per_step"] / seconds / 1e9 / ((rates[i] + rates[i + 1]) / 2)
+        for i, seconds in enumerate(wall)
+    ]
+    result["fraction_per_step"] = fractions
+    result["fraction_of_matmul_rate"] = sorted(fractions)[len(fractions) // 2]
     result["status"] = "ok"
     return result
 
@@ -196,7 +209,7 @@ def _ok_rows(rows: list[dict[str, Any]], model: str, backend: str) -> list[dict[
 def write_report(rows: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> None:
     combos = sorted({(r["model"], r["backend"]) for r in rows})
     sizes = sorted({r["n"] for r in rows})
-    rate = [r["matmul_gflops"] for r in rows if r.get("matmul_gflops")]
+    rate = [g for r in rows for g in r.get("matmul_gflops_around_steps", [])]
     lines = [
         "# Cost of a training step by model, attention backend and n",
         "",
@@ -231,9 +244,43 @@ def write_report(rows: list[dict[str, Any]], meta: dict[str, Any], out: Path) ->
         largest = f"{ok[-1]['n']:,}" if ok else "–"
         k = scaling.fitted_exponent([r["n"] for r in ok], [r["step_rss_gib"] for r in ok])
         lines.append(f"| {m} | {b} | {largest} | {k:.2f} |")
+    lines += dropout_cost_lines(rows)
     (out / "step_cost.md").write_text("\n".join(lines) + "\n")
     (out / "step_cost.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=str))
     plot(rows, combos, out / "step_cost.png")
+
+
+def dropout_cost_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Attention dropout's price per model and n where both ``sdpa`` and ``sdpa+dropout`` ran: the
+    ratio of step memory, and of step time at equal machine speed (each step's seconds times the
+    matmul rate around it, i.e. the ratio of achieved fractions inverted)."""
+    lines = []
+    for model in sorted({r["model"] for r in rows}):
+        for n in sorted({r["n"] for r in rows}):
+            pair = [
+                next((r for r in rows if (r["model"], r["backend"], r["n"]) == (model, b, n)), None)
+                for b in ("sdpa", "sdpa+dropout")
+            ]
+            if any(r is None or r["status"] != "ok" for r in pair):
+                continue
+            off, on = pair
+            lines.append(
+                f"| {model} | {n:,} | {off['fraction_of_matmul_rate']:.0%} | "
+                f"{on['fraction_of_matmul_rate']:.0%} | "
+                f"{off['fraction_of_matmul_rate'] / on['fraction_of_matmul_rate']:.2f}x | "
+                f"{on['step_rss_gib'] / off['step_rss_gib']:.2f}x |"
+            )
+    if not lines:
+        return []
+    return [
+        "",
+        "## The price of attention dropout (the paper presets' 0.1)",
+        "",
+        "| model | n | share of the matmul rate, sdpa | with dropout | step time with / without "
+        "(at equal machine speed) | step memory with / without |",
+        "|---|---|---|---|---|---|",
+        *lines,
+    ]
 
 
 def plot(rows: list[dict[str, Any]], combos: list[tuple[str, str]], path: Path) -> None:
@@ -313,8 +360,9 @@ def main() -> int:
         "mem_cap_gib": args.mem_cap_gib,
         "machine": scaling.machine(),
         "flop_count": "with CPU fused attention",  # rows counted before it are not reused
+        "rate": "probed around each step",
     }
-    same = ("code", "widths", "threads", "steps", "flop_count")
+    same = ("code", "widths", "threads", "steps", "flop_count", "rate")
     rows = [r for r in read_rows(jsonl) if all(r.get("meta", {}).get(k) == meta[k] for k in same)]
     if not args.report_only:
         sizes = [int(s) for s in args.sizes.split(",")]

@@ -57,7 +57,9 @@ def group_of(name: str) -> str:
     return "other"
 
 
-def profile(model_name: str, n: int, widths: str, steps: int, threads: int, seed: int) -> dict[str, Any]:
+def profile(
+    model_name: str, n: int, widths: str, steps: int, threads: int, seed: int, backend: str = "sdpa"
+) -> dict[str, Any]:
     import torch
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
@@ -70,7 +72,7 @@ def profile(model_name: str, n: int, widths: str, steps: int, threads: int, seed
     (values_np, missing_np, schema), _ = scaling._table(n, seed)
     torch.manual_seed(seed)
     config_cls, module_cls = get_model(model_name)
-    options = model_options(model_name, "sdpa", widths)
+    options = model_options(model_name, backend, widths)
     config = config_cls.from_dict(options, base=config_cls.preset("cpu"))
     layout = schema.layout()
     module = module_cls(config, layout)
@@ -102,6 +104,7 @@ def profile(model_name: str, n: int, widths: str, steps: int, threads: int, seed
         groups[o["group"]] = groups.get(o["group"], 0.0) + o["self_cpu_seconds"]
     return {
         "model": model_name,
+        "backend": backend,
         "n": n,
         "widths": widths,
         "model_options": options,
@@ -119,7 +122,8 @@ def profile(model_name: str, n: int, widths: str, steps: int, threads: int, seed
 
 def write_report(result: dict[str, Any], path: Path) -> None:
     lines = [
-        f"# Training-step profile: {result['model']} ({result['widths']} widths), {result['n']} rows",
+        f"# Training-step profile: {result['model']} ({result['widths']} widths, backend "
+        f"`{result.get('backend', 'sdpa')}`), {result['n']} rows",
         "",
         f"Command: `{result['command']}`; code `{result['code_hash']}`; machine: "
         f"{result['machine']['cpu']}, {result['threads']} threads; matmul rate "
@@ -148,13 +152,17 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--backend", default="sdpa", help="row-attention backend, as in step_cost.py (e.g. sdpa+dropout)"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
-    result = profile(args.model, args.n, args.widths, args.steps, args.threads, args.seed)
+    result = profile(args.model, args.n, args.widths, args.steps, args.threads, args.seed, args.backend)
     result["command"] = " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])
     result["code_hash"] = code_hash()
     result["machine"] = machine_info()
-    stem = args.out / f"step_profile_{args.model}_{args.widths}_{args.n}"
+    suffix = "" if args.backend == "sdpa" else "_" + args.backend.replace("+", "_")
+    stem = args.out / f"step_profile_{args.model}_{args.widths}_{args.n}{suffix}"
     args.out.mkdir(parents=True, exist_ok=True)
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2))
     write_report(result, stem.with_suffix(".md"))

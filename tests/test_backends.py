@@ -7,7 +7,15 @@ import torch
 from semiparam import ConfigError, NPTConfig, SPINConfig
 from semiparam.models.npt import NPT
 from semiparam.models.spin import SPIN
-from semiparam.nn.backends import BACKENDS, DenseAttention, make_backend, orthogonal_gaussian
+from semiparam.nn.backends import (
+    BACKENDS,
+    DenseAttention,
+    _DropoutAttention,
+    dropout_attention,
+    dropout_mask,
+    make_backend,
+    orthogonal_gaussian,
+)
 from semiparam.nn.columns import ColumnLayout
 
 DH = 8
@@ -132,21 +140,77 @@ def test_chunked_gradients_equal_dense():
         torch.testing.assert_close(a, b)
 
 
-def test_chunked_dropout_recomputes_the_same_masks():
-    """With dropout, each chunk's backward recomputation must draw the forward's masks: the
-    gradients equal those of the same chunks run without recomputation."""
-    q, k, v = (t.requires_grad_() for t in _qkv(11))
-    chunk = 16
-    torch.manual_seed(12)
-    make_backend("chunked", DH, chunk=chunk)(q, k, v, scale=SCALE, dropout_p=0.3).sum().backward()
-    got = [t.grad.clone() for t in (q, k, v)]
-    q.grad = k.grad = v.grad = None
-    torch.manual_seed(12)
-    dense = DenseAttention(DH)
-    pieces = [dense(q[:, :, s : s + chunk], k, v, scale=SCALE, dropout_p=0.3) for s in range(0, 40, chunk)]
-    torch.cat(pieces, dim=2).sum().backward()
-    for a, b in zip(got, (q.grad, k.grad, v.grad)):
+def _masked_reference(q, k, v, attn_mask, p, chunk, seed):
+    """Attention with dropout written out with autograd, each chunk's mask from ``dropout_mask``
+    as :func:`dropout_attention` seeds it."""
+    pieces = []
+    for i, s in enumerate(range(0, q.shape[-2], chunk)):
+        scores = torch.matmul(q[..., s : s + chunk, :], k.transpose(-1, -2)) * SCALE
+        scores = scores.masked_fill(~attn_mask[..., s : s + chunk, :], float("-inf"))
+        probs = torch.softmax(scores, dim=-1)
+        drop, keep_scale = dropout_mask(tuple(probs.shape), p, seed + i)
+        pieces.append(torch.matmul(probs.masked_fill(drop, 0.0) * keep_scale, v))
+    return torch.cat(pieces, dim=2)
+
+
+def test_chunked_dropout_gradients_match_its_masks():
+    """The dropout function's hand-written backward pass (which recomputes each chunk's weights and
+    redraws its mask from the chunk's seed) equals autograd through the same masks, with a pair
+    mask and keys shared across the batch (their gradient summed over it), and passes gradcheck."""
+    q, k, v = (t.double() for t in _qkv(11, n_q=23, n_k=17))
+    k, v = k[:1].requires_grad_(), v[:1].requires_grad_()
+    q.requires_grad_()
+    attn_mask = torch.rand(2, 1, 23, 17, generator=torch.Generator().manual_seed(3)) > 0.3
+    attn_mask[..., 0] = True
+    seed = 99
+    function = _DropoutAttention.apply
+    got = function(q, k, v, attn_mask, SCALE, 0.3, 5, seed)
+    reference = _masked_reference(q, k, v, attn_mask, 0.3, 5, seed)
+    torch.testing.assert_close(got, reference)
+    grad = torch.randn_like(got)
+    expected = torch.autograd.grad(reference, (q, k, v), grad)
+    for a, b in zip(torch.autograd.grad(got, (q, k, v), grad), expected):
         torch.testing.assert_close(a, b)
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: function(q, k, v, attn_mask[:, :, :7], SCALE, 0.3, 3, seed), (q[:, :, :7], k, v)
+    )
+
+
+def test_dropout_mask_rate_and_reproducibility():
+    """Each element drops with probability p (to 2**-17), the kept ones are scaled to keep the
+    mean, and the mask is a function of the seed alone: not of the number of threads."""
+    torch.set_num_threads(2)
+    try:
+        drop, keep_scale = dropout_mask((3, 1000, 1000), 0.1, seed=5)  # 1.5M words: several parts
+        torch.set_num_threads(1)
+        again, _ = dropout_mask((3, 1000, 1000), 0.1, seed=5)
+    finally:
+        torch.set_num_threads(1)
+    assert torch.equal(drop, again)
+    assert not torch.equal(drop, dropout_mask((3, 1000, 1000), 0.1, seed=6)[0])
+    assert abs(drop.double().mean().item() - 0.1) < 2e-3  # 3M draws: sd 1.7e-4
+    assert keep_scale == pytest.approx(1 / (1 - round(0.1 * 2**16) / 2**16))
+    assert not dropout_mask((50,), 0.0, seed=1)[0].any()
+    assert dropout_mask((50,), 1.0, seed=1)[0].all()
+
+
+def test_chunked_dropout_follows_the_generator():
+    """The masks come from the generator handed in: the same state gives the same output, another
+    state another one, and the global RNG is left alone."""
+    q, k, v = _qkv(12)
+    backend = make_backend("chunked", DH, chunk=16)
+    outs = []
+    for seed in (1, 1, 2):
+        generator = torch.Generator().manual_seed(seed)
+        outs.append(backend(q, k, v, scale=SCALE, dropout_p=0.3, generator=generator))
+    torch.testing.assert_close(outs[0], outs[1], atol=0, rtol=0)
+    assert not torch.allclose(outs[0], outs[2])
+    state = torch.get_rng_state()
+    again = dropout_attention(
+        q, k, v, scale=SCALE, dropout_p=0.3, chunk=16, generator=torch.Generator().manual_seed(1)
+    )
+    torch.testing.assert_close(again, outs[0], atol=0, rtol=0)
+    assert torch.equal(state, torch.get_rng_state())
 
 
 def test_sdpa_with_dropout_is_chunked_and_without_is_fused():
@@ -264,12 +328,15 @@ def test_exact_backends_give_the_default_model():
 
 @pytest.mark.parametrize("model_kind", ["npt", "spin"])
 def test_checkpointed_blocks_give_the_same_gradients(model_kind):
-    """Activation checkpointing recomputes the blocks (dropout included) in the backward pass."""
+    """Activation checkpointing recomputes the blocks (dropout and attention dropout included) in
+    the backward pass."""
     values, hidden = _table(16)
     grads = []
     for checkpointed in (False, True):
         torch.manual_seed(0)
-        settings = dict(d_embedding=8, n_heads=2, dropout=0.3, checkpoint_blocks=checkpointed)
+        settings = dict(
+            d_embedding=8, n_heads=2, dropout=0.3, attention_dropout=0.2, checkpoint_blocks=checkpointed
+        )
         if model_kind == "npt":
             model = NPT(NPTConfig(**settings), LAYOUT)
         else:

@@ -24,7 +24,10 @@ The backends (spec-weng 2.3):
   presets (attention dropout 0.1) no longer fall back to PyTorch's quadratic "math" path.
 - ``"dense"``: the reference, ``softmax(q k^T * scale) v`` written out (quadratic memory).
 - ``"chunked"``: exact; queries in chunks of ``chunk`` rows, each recomputed in the backward pass
-  (activation checkpointing), so memory is O(chunk * n_k) with or without dropout.
+  (activation checkpointing), so memory is O(chunk * n_k) with or without dropout. With dropout
+  it is one autograd function (:func:`dropout_attention`) whose backward pass recomputes each
+  chunk's weights and redraws its dropout mask from a per-chunk seed (:func:`dropout_mask`), so no
+  mask is stored and none is drawn by PyTorch's per-element Bernoulli sampler.
 - ``"performer"``: FAVOR+ positive orthogonal random features (Choromanski et al. 2021): linear in
   n, approximate; the features are drawn once when the model is built (from torch's seeded RNG,
   kept as a buffer, so prediction is deterministic). Key masks only; no attention dropout.
@@ -37,6 +40,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
 import torch
@@ -56,6 +60,8 @@ __all__ = [
     "TopKAttention",
     "backend_names",
     "backend_options",
+    "dropout_attention",
+    "dropout_mask",
     "make_backend",
     "orthogonal_gaussian",
     "paired_weights",
@@ -126,6 +132,166 @@ def _by_query_chunks(
         else:
             outs.append(fn(q_c, mask_c, *args))
     return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-2)
+
+
+# Attention-weight dropout in the chunked backends draws its masks 16 bits per element, two elements
+# per 32-bit draw, so p is used as round(p * 2**16) / 2**16 (within 8e-6 of p); the draws are made
+# in parts of MASK_PART words, each from its own generator, spread over PyTorch's CPU threads.
+MASK_BITS = 16
+MASK_PART = 1 << 20
+_PART_STRIDE = 0x9E3779B97F4A7C15  # odd: parts of one seed, and seeds a few apart, never share one
+_pools: dict[int, ThreadPoolExecutor] = {}
+
+
+def _random_words(n_words: int, seed: int, device: torch.device | str) -> Tensor:
+    """``n_words`` uniform int32 words, a function of ``seed`` and ``n_words`` only (not of the
+    number of threads): part ``j`` of ``MASK_PART`` words comes from a generator seeded with
+    ``seed + (j + 1) * _PART_STRIDE``. PyTorch's CPU generator is serial, so on the CPU the parts
+    are drawn on as many Python threads as PyTorch has (its ops release the GIL)."""
+    words = torch.empty(n_words, dtype=torch.int32, device=device)
+
+    def draw(part: int) -> None:
+        generator = torch.Generator(device=device).manual_seed((seed + (part + 1) * _PART_STRIDE) % (1 << 63))
+        words[part * MASK_PART : (part + 1) * MASK_PART].random_(
+            -(1 << 31), (1 << 31) - 1, generator=generator
+        )
+
+    parts = range((n_words + MASK_PART - 1) // MASK_PART)
+    threads = torch.get_num_threads()
+    if words.device.type != "cpu" or len(parts) < 2 or threads < 2:
+        for part in parts:
+            draw(part)
+    else:
+        pool = _pools.get(threads)
+        if pool is None:
+            pool = _pools[threads] = ThreadPoolExecutor(threads, thread_name_prefix="semiparam-mask")
+        list(pool.map(draw, parts))
+    return words
+
+
+def dropout_mask(
+    shape: tuple[int, ...], p: float, seed: int, device: torch.device | str = "cpu"
+) -> tuple[Tensor, float]:
+    """A bool mask of ``shape``, each element True (dropped) with probability
+    ``p' = round(p * 2**16) / 2**16``, and the scale ``1 / (1 - p')`` for the kept elements; the
+    same ``seed`` (and shape) redraws the same mask.
+
+    NOTE[DIFF]: not PyTorch's ``bernoulli_``, which on the CPU draws a double per element from one
+    serial generator; at the paper presets' attention dropout that sampling was the largest single
+    cost of an NPT training step. Here two 16-bit uniforms come from each 32-bit draw, the draws
+    are spread over the CPU threads (:func:`_random_words`), and each is compared with an integer
+    threshold: the same Bernoulli distribution for p' (at most 2**-17 from p), several times
+    faster, and redrawable chunk by chunk without storing the mask."""
+    levels = 1 << MASK_BITS
+    dropped = round(p * levels)
+    if dropped >= levels:
+        return torch.ones(shape, dtype=torch.bool, device=device), 0.0
+    numel = math.prod(shape)
+    halves = _random_words((numel + 1) // 2, seed, device).view(torch.int16)
+    # int16 values are uniform on [-2**15, 2**15): the lowest `dropped` of them drop
+    drop = halves[:numel].view(shape) < dropped - (1 << 15)
+    return drop, levels / (levels - dropped)
+
+
+def _draw_seed(generator: torch.Generator | None) -> int:
+    """A seed for :func:`dropout_mask`, drawn from ``generator`` (None: PyTorch's global CPU one)."""
+    device = generator.device if generator is not None else "cpu"
+    return int(torch.randint(0, 1 << 62, (1,), generator=generator, device=device).item())
+
+
+def _chunk_weights(
+    q_scaled: Tensor, k: Tensor, attn_mask: Tensor | None, p: float, seed: int
+) -> tuple[Tensor, Tensor, float]:
+    """Softmax weights of the (already scaled) queries over ``k``, the chunk's dropout mask and the
+    kept weights' scale: the same inputs and ``seed`` give the same tensors bit for bit."""
+    scores = torch.matmul(q_scaled, k.transpose(-1, -2))
+    if attn_mask is not None:
+        scores = scores.masked_fill_(~attn_mask, float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    drop, keep_scale = dropout_mask(tuple(probs.shape), p, seed, probs.device)
+    return probs, drop, keep_scale
+
+
+class _DropoutAttention(torch.autograd.Function):
+    """Softmax attention with dropout on its weights over chunks of queries; see
+    :func:`dropout_attention`. The scales (softmax temperature, dropout's 1 / (1 - p)) are applied
+    to the small (n_q, dh) tensors, not to the (n_q, n_k) weights."""
+
+    @staticmethod
+    def forward(  # noqa: D102
+        ctx: Any,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        attn_mask: Tensor | None,
+        scale: float,
+        p: float,
+        chunk: int,
+        seed: int,
+    ) -> Tensor:
+        n_q = q.shape[-2]
+        outs = []
+        for i, start in enumerate(range(0, n_q, chunk)):
+            stop = min(start + chunk, n_q)
+            mask_c = _mask_rows(attn_mask, start, stop, n_q)
+            probs, drop, keep_scale = _chunk_weights(q[..., start:stop, :] * scale, k, mask_c, p, seed + i)
+            outs.append(torch.matmul(probs.masked_fill_(drop, 0.0), v).mul_(keep_scale))
+        ctx.save_for_backward(q, k, v, attn_mask)
+        ctx.settings = (scale, p, chunk, seed)
+        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-2)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:  # noqa: D102
+        q, k, v, attn_mask = ctx.saved_tensors
+        scale, p, chunk, seed = ctx.settings
+        n_q = q.shape[-2]
+        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+        grad_q = torch.empty(*batch, *q.shape[-2:], dtype=q.dtype, device=q.device)
+        grad_k = torch.zeros(*batch, *k.shape[-2:], dtype=k.dtype, device=k.device)
+        grad_v = torch.zeros(*batch, *v.shape[-2:], dtype=v.dtype, device=v.device)
+        for i, start in enumerate(range(0, n_q, chunk)):
+            stop = min(start + chunk, n_q)
+            q_scaled = q[..., start:stop, :] * scale
+            mask_c = _mask_rows(attn_mask, start, stop, n_q)
+            probs, drop, keep_scale = _chunk_weights(q_scaled, k, mask_c, p, seed + i)
+            grad_c = grad_out[..., start:stop, :] * keep_scale
+            grad_v += torch.matmul(probs.masked_fill(drop, 0.0).transpose(-1, -2), grad_c)
+            grad_probs = torch.matmul(grad_c, v.transpose(-1, -2)).masked_fill_(drop, 0.0)
+            # softmax backward: probs * (g - sum(g * probs)); masked keys have probs 0, so grad 0
+            grad_scores = torch._softmax_backward_data(grad_probs, probs, -1, probs.dtype)
+            grad_q[..., start:stop, :] = torch.matmul(grad_scores, k).mul_(scale)
+            grad_k += torch.matmul(grad_scores.transpose(-1, -2), q_scaled)
+        return (
+            grad_q.sum_to_size(q.shape) if ctx.needs_input_grad[0] else None,
+            grad_k.sum_to_size(k.shape) if ctx.needs_input_grad[1] else None,
+            grad_v.sum_to_size(v.shape) if ctx.needs_input_grad[2] else None,
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
+
+
+def dropout_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    scale: float,
+    dropout_p: float,
+    chunk: int,
+    attn_mask: Tensor | None = None,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Exact softmax attention with dropout ``dropout_p`` on its weights, ``chunk`` queries at a
+    time, in memory O(chunk * n_k): the backward pass recomputes each chunk's weights and redraws
+    its mask (:func:`dropout_mask`, seeded per chunk from one seed drawn from ``generator``) instead
+    of storing either. Activation checkpointing of the enclosing block (which restores
+    ``generator``) therefore redraws the same masks as well."""
+    seed = _draw_seed(generator)
+    return _DropoutAttention.apply(q, k, v, attn_mask, scale, dropout_p, chunk, seed)
 
 
 class AttentionBackend(nn.Module):
@@ -236,10 +402,22 @@ class ChunkedAttention(AttentionBackend):
         self.chunk = chunk
 
     def forward(self, q, k, v, *, scale, attn_mask=None, dropout_p=0.0, generator=None):  # noqa: D102
-        def one(q_c: Tensor, mask_c: Tensor | None, k: Tensor, v: Tensor) -> Tensor:
-            return _dense(q_c, k, v, scale, mask_c, dropout_p, generator)
+        if dropout_p > 0:
+            return dropout_attention(
+                q,
+                k,
+                v,
+                scale=scale,
+                dropout_p=dropout_p,
+                chunk=self.chunk,
+                attn_mask=attn_mask,
+                generator=generator,
+            )
 
-        return _by_query_chunks(one, q, self.chunk, attn_mask, k, v, generator=generator)
+        def one(q_c: Tensor, mask_c: Tensor | None, k: Tensor, v: Tensor) -> Tensor:
+            return _dense(q_c, k, v, scale, mask_c, 0.0)
+
+        return _by_query_chunks(one, q, self.chunk, attn_mask, k, v)
 
 
 @register_backend
