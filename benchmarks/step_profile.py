@@ -123,7 +123,7 @@ def profile(
 def write_report(result: dict[str, Any], path: Path) -> None:
     lines = [
         f"# Training-step profile: {result['model']} ({result['widths']} widths, backend "
-        f"`{result.get('backend', 'sdpa')}`), {result['n']} rows",
+        f"`{result['backend']}`), {result['n']} rows",
         "",
         f"Command: `{result['command']}`; code `{result['code_hash']}`; machine: "
         f"{result['machine']['cpu']}, {result['threads']} threads; matmul rate "

@@ -5,9 +5,10 @@ scikit-learn's Wisconsin breast cancer table (569 rows, 30 features, shipped wit
 the demo's seeded, stratified 80/20 split, ``NPTClassifier`` with ``random_state`` set and
 ``n_estimators=1``: one member of the out-of-the-box ensemble, with every other default as shipped.
 The ensemble averages such members (its quality is reported by ``benchmarks/tabular_defaults.py``);
-checking one member guards the same recipe at a third of the ensemble's fit time. The stated quality: held-out accuracy of at least 0.93 and log loss of at most 0.30 (predicting the
-class shares gives 0.66), from a fit that ends by itself, on a plateau, well before the step
-ceiling (the demo prints the fit time).
+checking one member guards the same recipe at a third of the ensemble's fit time. The stated
+quality: held-out accuracy of at least 0.93 and log loss of at most 0.30 (predicting the class
+shares gives 0.66), from a fit that ends by itself, on a plateau, well before the step ceiling
+(the demo prints the fit time).
 """
 
 import time
