@@ -272,42 +272,26 @@ def probe(model: str) -> list[list[float]]:
 
 def rekey_verified(out: Path, commit: str, code: str) -> None:
     """Move the records made by ``commit``'s code to ``code`` after the :func:`probe` check."""
-    import os
-
-    from tabular_defaults import commit_tree
+    from tabular_defaults import rekey_by_probe
 
     from semiparam.bench.measure import PRESENTATION_ONLY, code_hash
 
-    jsonl = out / "images.jsonl"
-    records = [json.loads(s) for s in jsonl.read_text().splitlines() if s.strip()]
-    with commit_tree(commit) as (commit, old_root):
-        old = code_hash(old_root, exclude=PRESENTATION_ONLY)
-        moving = [r for r in records if r.get("code", {}).get("semiparam") == old]
-        if not moving:
-            raise SystemExit(f"no record in {jsonl} was made by the code of {commit} ({old})")
-        from semiparam.datasets import data_dir
-
-        # the old tree lives in a temporary folder: point it at this checkout's data
-        env = {**os.environ, "PYTHONPATH": str(old_root.parent), "SEMIPARAM_DATA_DIR": str(data_dir())}
-        checks = {}
+    def run_probes(env: dict[str, str] | None) -> dict[str, Any]:
+        found = {}
         for model in IMAGE_MODELS:
-            cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "probe", "--model", model]
-            before = _spawn(["probe", "--model", model], 1800.0, env=env)
-            now = _spawn(["probe", "--model", model], 1800.0)
-            if "error" in before or "error" in now:
-                raise SystemExit(f"probe of {model} failed: {before.get('error') or now.get('error')}")
-            diff = float(np.abs(np.asarray(before["proba"]) - np.asarray(now["proba"])).max())
-            print(f"{model}: largest difference {diff:.3g} ({' '.join(cmd[1:])})", flush=True)
-            if diff > 1e-12:
-                raise SystemExit(
-                    f"the image {model} computes differently than at {commit}: rerun, do not rekey"
-                )
-            checks[model] = diff
-    for r in moving:
-        r["code"]["semiparam"] = code
-        r["rekeyed_from"] = {"commit": commit, "code": old, "probe_max_difference": checks}
-    jsonl.write_text("".join(json.dumps(r) + "\n" for r in records))
-    print(f"moved {len(moving)} records of {commit[:10]} to {code}")
+            result = _spawn(["probe", "--model", model], 1800.0, env=env)
+            if "error" in result:
+                raise SystemExit(f"probe of {model} failed: {result['error']}")
+            found[model] = result["proba"]
+        return found
+
+    rekey_by_probe(
+        out / "images.jsonl",
+        commit,
+        code,
+        run_probes,
+        lambda root: code_hash(root, exclude=PRESENTATION_ONLY),
+    )
 
 
 def worker(argv: list[str]) -> None:

@@ -6,6 +6,8 @@
     .venv/bin/python benchmarks/poker_context.py --models spin --contexts 1000,4000
     .venv/bin/python benchmarks/poker_context.py --knobs           # what leaves the majority class
     .venv/bin/python benchmarks/poker_context.py --report-only     # rebuild the report from the JSONL
+    .venv/bin/python benchmarks/poker_context.py --rekey-verified COMMIT  # after a change that leaves
+                                                                   # the runs as they were (below)
     python benchmarks/poker_context.py --protocol paper --device cuda --models spin --contexts 20008
                                                                    # the paper's batch = context, on a GPU
 
@@ -61,6 +63,14 @@ attention model gets past the class prior) with one setting changed at a time fr
 protocol's (learning rate, label and feature masking, class-balanced batches, the predictor,
 steps), each for a fixed ``--knob-steps`` steps (default 4,000) on the flat-then-cosine schedule:
 what it takes to get past the majority class, and how fast.
+
+``--rekey-verified COMMIT``: the records are keyed on the table models' code hash, so any change
+to that code makes them stale. For a change meant to leave what these runs compute as it was,
+this carries the records of COMMIT's code over after a check, run once by COMMIT's code and once
+by the current code, each in a fresh process on this machine: the split (every pool and test
+hand and label) must be the same, and a short seeded fit of SPIN and of NPT with the protocol's
+settings (1,000 hands, 30 steps) must give the same test probabilities (to 1e-12); otherwise
+nothing moves and the runs must be redone.
 """
 
 from __future__ import annotations
@@ -374,6 +384,52 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+PROBE_CONTEXT, PROBE_STEPS, PROBE_TEST = 1000, 30, 500
+
+
+def probe(seed: int) -> dict[str, Any]:
+    """What ``--rekey-verified`` compares across codes: the split (pool and test hands, labels and
+    card codes) and the test probabilities of a short seeded fit of each attention model, with the
+    protocol's settings, at ``PROBE_CONTEXT`` hands for ``PROBE_STEPS`` steps."""
+    import torch
+
+    from semiparam import NPTClassifier, SPINClassifier
+
+    torch.set_num_threads(THREADS)
+    X_pool, y_pool, X_test, y_test = split(seed)
+    found: dict[str, Any] = {
+        "pool labels": y_pool.tolist(),
+        "test labels": y_test.tolist(),
+        "pool cards": X_pool.apply(lambda c: c.cat.codes).to_numpy().ravel().tolist(),
+        "test cards": X_test.apply(lambda c: c.cat.codes).to_numpy().ravel().tolist(),
+    }
+    X, y = X_pool.iloc[:PROBE_CONTEXT], y_pool.iloc[:PROBE_CONTEXT]
+    for model in NEURAL:
+        cls = SPINClassifier if model == "spin" else NPTClassifier
+        settings = neural_settings(model, PROBE_CONTEXT, PROBE_STEPS)
+        clf = cls(**settings, random_state=seed, verbose=False).fit(X, y)
+        found[f"{model} test probabilities"] = clf.predict_proba(X_test.iloc[:PROBE_TEST]).tolist()
+    return found
+
+
+def rekey_verified(out: Path, commit: str, code: str, seed: int) -> None:
+    """Move the records made by ``commit``'s code to ``code`` after the :func:`probe` check, run
+    in a fresh process under each code."""
+    from tabular_defaults import rekey_by_probe
+
+    from semiparam.bench.measure import code_hash
+
+    def run_probe(env: dict[str, str] | None) -> dict[str, Any]:
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--probe", "--seed", str(seed)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+        if proc.returncode != 0 or not lines:
+            raise SystemExit(f"the probe failed ({' '.join(cmd[1:])}): {proc.stderr.strip()[-400:]}")
+        return json.loads(lines[-1])
+
+    rekey_by_probe(out / "poker_context.jsonl", commit, code, run_probe, code_hash)
+
+
 def spawn(model: str, context: int, settings: dict[str, Any], ckpt: Path, args: argparse.Namespace) -> dict:
     cmd = [
         sys.executable,
@@ -530,19 +586,22 @@ def write_report(out: Path, records: list[dict[str, Any]], code: str) -> None:
             f"{knobs[0]['knob_steps']:,} steps (flat, then a cosine anneal over the second half), "
             "best validation checkpoint kept:",
             "",
-            "| change | test accuracy | log loss | pair or better | predicted 'nothing' | fit s |",
-            "|---|---|---|---|---|---|",
+            "| change | test accuracy | log loss | pair or better | predicted 'nothing' | "
+            "left the prior at step | fit s |",
+            "|---|---|---|---|---|---|---|",
         ]
-        for r in sorted(knobs, key=lambda r: list(KNOBS).index(r["knob"]) if r["knob"] in KNOBS else 99):
+        knobs.sort(key=lambda r: list(KNOBS).index(r["knob"]) if r["knob"] in KNOBS else 99)
+        for r in knobs:
             if r["status"] != "ok":
-                lines.append(f"| {r['knob']} | {r['status']} | | | | |")
+                lines.append(f"| {r['knob']} | {r['status']} | | | | | |")
                 continue
+            left = _left_prior_step(r)
             lines.append(
                 f"| {r['knob']} | {r['accuracy']:.4f} | {r['log_loss']:.3f} | "
                 f"{r['accuracy_pair_or_better']:.4f} | {r['predicted_majority_share']:.1%} | "
-                f"{r['fit_seconds']:.0f} |"
+                f"{'–' if left is None else f'{left:,}'} | {r['fit_seconds']:.0f} |"
             )
-        lines.append("")
+        lines += ["", *_knob_reading(knobs), ""]
     by_machine: dict[str, list[dict[str, Any]]] = {}
     for r in current:  # runs made on different machines: each machine with the runs it made
         m = r["machine"]
@@ -578,6 +637,52 @@ def _steps_and_stop(r: dict[str, Any]) -> tuple[str, str]:
     late = r["best_step"] is not None and r["best_step"] >= 0.9 * r["steps"]
     steps = f"{r['steps']:,} ({r['best_step']:,}{', last 10%' if late else ''})"
     return steps, r["stop_reason"] + (" (resumed)" if r.get("resumed") else "")
+
+
+PRIOR_EVALS, PRIOR_DROP = 5, 0.05
+
+
+def _left_prior_step(r: dict[str, Any]) -> int | None:
+    """The first evaluated step whose validation loss is ``PRIOR_DROP`` (5%) under the median of
+    the first ``PRIOR_EVALS`` evaluations (the class-prior plateau every run starts on), or None
+    if it never gets there (or has too few evaluations to tell)."""
+    losses, steps = r.get("val_loss") or [], r.get("eval_steps") or []
+    if len(losses) <= PRIOR_EVALS:
+        return None
+    plateau = float(np.median(losses[:PRIOR_EVALS]))
+    return next((s for s, v in zip(steps, losses) if v < (1 - PRIOR_DROP) * plateau), None)
+
+
+def _knob_reading(knobs: list[dict[str, Any]]) -> list[str]:
+    """What the settings study shows, computed from its runs: which changes leave the class prior
+    within the budget, how soon, and how each ends against the protocol's run."""
+    ok = [r for r in knobs if r["status"] == "ok"]
+    base = next((r for r in ok if r["knob"] == "protocol"), None)
+    if base is None:
+        return []
+    text = [
+        f'Reading ("left the prior": the first evaluation whose validation loss is '
+        f"{PRIOR_DROP:.0%} under the median of the first {PRIOR_EVALS}, the class-prior plateau "
+        "every run starts on):"
+    ]
+    for r in ok:
+        left = _left_prior_step(r)
+        if r["knob"] == "protocol":
+            verdict = "the reference for the others"
+        elif r["accuracy"] > base["accuracy"]:
+            verdict = f"better than the protocol's {base['accuracy']:.1%}"
+        else:
+            verdict = f"worse than the protocol's {base['accuracy']:.1%}"
+        where = (
+            f"leaves the prior at step {left:,} of {r['steps']:,}"
+            if left is not None
+            else f"never leaves the prior in its {r['steps']:,} steps"
+        )
+        text.append(
+            f"- {r['knob']}: {where}; test accuracy {r['accuracy']:.1%} with 'nothing' predicted "
+            f"for {r['predicted_majority_share']:.0%} of the hands, {verdict}."
+        )
+    return text
 
 
 def _reading(runs: dict[tuple[str, int], dict[str, Any]], contexts: list[int]) -> list[str]:
@@ -733,6 +838,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--time-budget", type=float, default=None, help="seconds of training per attention-model run"
     )
+    parser.add_argument(
+        "--rekey-verified",
+        metavar="COMMIT",
+        help="carry the records of COMMIT's code over to the current code after the probe check (see above)",
+    )
+    parser.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)  # worker: the check
     parser.add_argument("--run", help=argparse.SUPPRESS)  # worker: one model at one context
     parser.add_argument("--context", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--settings", default="{}", help=argparse.SUPPRESS)
@@ -740,6 +851,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.run:
         print(json.dumps(run(args)), flush=True)
+        return 0
+    if args.probe:
+        print(json.dumps(probe(args.seed)), flush=True)
         return 0
 
     import devsuite
@@ -751,6 +865,10 @@ def main(argv: list[str] | None = None) -> int:
     jsonl = out / "poker_context.jsonl"
     records = [json.loads(s) for s in (jsonl.read_text().splitlines() if jsonl.exists() else []) if s.strip()]
     code = code_hash()
+    if args.rekey_verified:
+        rekey_verified(out, args.rekey_verified, code, args.seed)
+        records = [json.loads(s) for s in jsonl.read_text().splitlines() if s.strip()]
+        args.report_only = True  # then only rewrite the report
     if args.import_records:
         print(f"imported {import_records(jsonl, records, Path(args.import_records), code)} record(s)")
     if args.report_only or args.import_records:

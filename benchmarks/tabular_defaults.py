@@ -44,7 +44,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -369,6 +369,50 @@ def commit_tree(commit: str) -> Iterator[tuple[str, Path]]:
         )
         subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
         yield commit, Path(tmp) / "src" / "semiparam"
+
+
+def rekey_by_probe(
+    jsonl: Path,
+    commit: str,
+    code: str,
+    probe: Callable[[dict[str, str] | None], dict[str, Any]],
+    hash_of: Callable[[Path], str],
+    tolerance: float = 1e-12,
+) -> int:
+    """Give the records of ``jsonl`` made by ``commit``'s code (``code.semiparam`` equal to
+    ``hash_of`` its package) the current ``code``, after a check that the change computes what the
+    old code did: ``probe(env)`` (a short seeded run in fresh processes; ``env`` runs them on the
+    old package, None on the current one) must return the same values, numbers within
+    ``tolerance``, under both. Otherwise nothing moves (those records must be rerun). The moved
+    records name where they came from (``rekeyed_from``); returns how many moved."""
+    records = read_records(jsonl)
+    with commit_tree(commit) as (commit, old_root):
+        old = hash_of(old_root)
+        moving = [r for r in records if r.get("code", {}).get("semiparam") == old]
+        if not moving:
+            raise SystemExit(f"no record in {jsonl} was made by the code of {commit} ({old})")
+        from semiparam.datasets import data_dir
+
+        # the old package lives in a temporary folder: point it at this checkout's data
+        env = {**os.environ, "PYTHONPATH": str(old_root.parent), "SEMIPARAM_DATA_DIR": str(data_dir())}
+        before, now = probe(env), probe(None)
+    checks: dict[str, float] = {}
+    for name in sorted(set(before) | set(now)):
+        if name not in before or name not in now:
+            raise SystemExit(f"probe {name!r} ran under one code only: rerun, do not rekey")
+        a, b = before[name], now[name]
+        numeric = all(isinstance(v, (int, float, list)) for v in (a, b))
+        diff = float(np.abs(np.asarray(a, float) - np.asarray(b, float)).max()) if numeric else float(a != b)
+        print(f"probe {name}: largest difference {diff:.3g}", flush=True)
+        if not diff <= tolerance:  # also refuses a NaN difference
+            raise SystemExit(f"probe {name!r} computes differently than at {commit}: rerun, do not rekey")
+        checks[name] = diff
+    for r in moving:
+        r["code"]["semiparam"] = code
+        r["rekeyed_from"] = {"commit": commit, "code": old, "probe_max_difference": checks}
+    rewrite_records(jsonl, records)
+    print(f"moved {len(moving)} records of {commit[:10]} to {code}")
+    return len(moving)
 
 
 def _made_by(record: Mapping[str, Any], old_full: str | set[str]) -> bool:

@@ -232,3 +232,45 @@ def test_move_records_leaves_the_excepted_tables_stale():
         ("yacht", "npt", "yacht/npt/new")
     ]
     assert all(r["code"]["src_sha256"] == "old" for r in records if r["table"] == "kick")
+
+
+def test_rekey_by_probe_moves_the_old_codes_records_only_when_the_probes_agree(tmp_path, monkeypatch):
+    """A result file's records made by an older code get the current key only when a probe run
+    under both codes gives the same values; a difference, or a probe one code lacks, moves
+    nothing."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def fake_tree(commit):
+        yield commit + "0" * 30, tmp_path / "semiparam"
+
+    monkeypatch.setattr(td, "commit_tree", fake_tree)
+    jsonl = tmp_path / "runs.jsonl"
+    lines = [{"model": "spin", "code": {"semiparam": c}} for c in ("old", "other", "old")]
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in lines))
+
+    def probe_with(old_value, new_value):
+        return lambda env: {"fit": old_value if env is not None else new_value, "split": "same"}
+
+    for old_value, new_value in (([0.5, 0.25], [0.5, 0.26]), ([0.5], [float("nan")])):
+        with pytest.raises(SystemExit, match="computes differently"):
+            td.rekey_by_probe(jsonl, "abc", "new", probe_with(old_value, new_value), lambda root: "old")
+    with pytest.raises(SystemExit, match="one code only"):
+        td.rekey_by_probe(jsonl, "abc", "new", lambda env: {"extra": 1} if env else {}, lambda root: "old")
+    assert [json.loads(s)["code"]["semiparam"] for s in jsonl.read_text().splitlines()] == [
+        "old",
+        "other",
+        "old",
+    ]
+
+    moved = td.rekey_by_probe(jsonl, "abc", "new", probe_with([0.5, 0.25], [0.5, 0.25]), lambda root: "old")
+    assert moved == 2
+    after = [json.loads(s) for s in jsonl.read_text().splitlines()]
+    assert [r["code"]["semiparam"] for r in after] == ["new", "other", "new"]
+    assert after[0]["rekeyed_from"] == {
+        "commit": "abc" + "0" * 30,
+        "code": "old",
+        "probe_max_difference": {"fit": 0.0, "split": 0.0},
+    }
+    with pytest.raises(SystemExit, match="no record"):
+        td.rekey_by_probe(jsonl, "abc", "new", probe_with([1.0], [1.0]), lambda root: "old")
