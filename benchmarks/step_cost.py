@@ -5,6 +5,9 @@ matmul rate measured in the same process.
     python benchmarks/step_cost.py --widths official --sizes 4096,8192 --models npt --backends sdpa
     python benchmarks/step_cost.py --sizes 1000,2000 --steps 2 --out /tmp/step_cost
     python benchmarks/step_cost.py --report-only                     # rebuild the report
+    python benchmarks/step_cost.py --widths official --sizes 4096,8192 --models spin \
+        --backends sdpa,sdpa+dropout --official-spin /tmp/offvenv/bin/python /tmp/spin_official
+                                                        # beside the official SPIN code (see below)
 
 For each (model, backend, n) a fresh Python process (so that its peak RSS is its own) builds the
 model with ``row_attention=backend`` (``semiparam.nn.backends``; ``sdpa+dropout`` is the default
@@ -22,10 +25,16 @@ seconds is recorded as ``timeout``; after a failure a backend's larger sizes are
 
 Widths: ``cpu`` = each model's cpu preset (NPT e=16, 4 blocks, 4 heads; SPIN e=16, h=f=10,
 2 layers); ``official`` = the reference implementations' Protein widths (NPT e=64, 8 heads,
-8 blocks; SPIN 4 layers, h=f=10), those of the issue's table.
+8 blocks; SPIN e=128, 16 heads, 4 layers, h=f=10, as the official Protein SPIN script). A row made
+at other options under the same widths name (SPIN's official widths once left e and heads at the
+cpu preset) is not reused.
+
+``--official-spin PYTHON ROOT`` (with ``--widths official``) also times the SPIN authors' code at each
+size, in the same invocation (``official_spin_step.py``, run by the interpreter of an environment
+with its dependencies), and the report sets our SPIN beside it at equal machine speed.
 
 Results go to ``<out>/step_cost.jsonl`` line by line (a stopped run resumes: rows of the same
-code, widths, threads and steps are kept), then ``step_cost.json``, ``step_cost.md`` and
+code, widths, threads, steps and model options are kept), then ``step_cost.json``, ``step_cost.md`` and
 ``step_cost.png`` (seconds and memory against n, log-log, one line per model and backend).
 """
 
@@ -42,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import scaling
+from matmul_rate import RATE_PROBE_SECONDS, matmul_rate
 
 from semiparam.bench.measure import code_hash
 
@@ -53,28 +63,17 @@ WIDTHS: dict[str, dict[str, dict[str, Any]]] = {
     "cpu": {"npt": {}, "spin": {}},
     "official": {
         "npt": {"d_embedding": 64, "n_heads": 8, "n_blocks": 8, "max_row_width": None},
-        "spin": {"n_layers": 4, "n_inducing_points": 10, "n_latent_attributes": 10},
+        # the official Protein SPIN script: e = 128, 16 heads, depth 8 (4 XABA/ABLA + 4 XABD: our
+        # 4 layers), h = f = 10 (see official_spin_step.py, which builds it from that script)
+        "spin": {
+            "d_embedding": 128,
+            "n_heads": 16,
+            "n_layers": 4,
+            "n_inducing_points": 10,
+            "n_latent_attributes": 10,
+        },
     },
 }
-MATMUL_SIZE = 2048
-RATE_PROBE_SECONDS = 0.5
-
-
-def matmul_rate(threads: int, seconds: float = 1.0) -> float:
-    """Best fp32 GFLOP/s of ``MATMUL_SIZE``-square products on ``threads`` threads."""
-    import torch
-
-    torch.set_num_threads(threads)
-    a = torch.randn(MATMUL_SIZE, MATMUL_SIZE)
-    b = torch.randn(MATMUL_SIZE, MATMUL_SIZE)
-    torch.mm(a, b)  # warm-up
-    best = float("inf")
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        t0 = time.perf_counter()
-        torch.mm(a, b)
-        best = min(best, time.perf_counter() - t0)
-    return 2 * MATMUL_SIZE**3 / best / 1e9
 
 
 def model_options(model: str, backend: str, widths: str) -> dict[str, Any]:
@@ -115,14 +114,12 @@ def worker(
     from semiparam import TrainConfig
     from semiparam.bench import Batch, Trainer, get_model
 
-    rate = matmul_rate(threads)
     (values_np, missing_np, schema), n_synthetic = scaling._table(n, seed)
     result: dict[str, Any] = {
         "model": model_name,
         "backend": backend,
         "n": n,
         "n_synthetic": n_synthetic,
-        "matmul_gflops": rate,
         "baseline_rss_gib": scaling._rss_gib(),
     }
     torch.manual_seed(seed)
@@ -168,15 +165,47 @@ def worker(
     result["achieved_gflops"] = result["flops_per_step"] / median / 1e9
     # each step against the rate around it (the mean of the probes before and after it): on a shared
     # machine whose speed drifts, a rate measured minutes earlier misstates the fraction
-    result["matmul_gflops_around_steps"] = rates
-    fractions = [
-        result["flops_per_step"] / seconds / 1e9 / ((rates[i] + rates[i + 1]) / 2)
-        for i, seconds in enumerate(wall)
-    ]
-    result["fraction_per_step"] = fractions
-    result["fraction_of_matmul_rate"] = sorted(fractions)[len(fractions) // 2]
-    result["status"] = "ok"
+    result.update(rate_fields(result["flops_per_step"], wall, rates), status="ok")
     return result
+
+
+def rate_fields(flops: int, wall: list[float], rates: list[float]) -> dict[str, Any]:
+    """Each timed step against the matmul rate around it (``rates``: probed before each step and
+    after the last; the mean of the two probes around a step): on a shared machine whose speed
+    drifts, a rate measured minutes earlier misstates the fraction."""
+    around = [(rates[i] + rates[i + 1]) / 2 for i in range(len(wall))]
+    fractions = [flops / seconds / 1e9 / rate for seconds, rate in zip(wall, around)]
+    return {
+        "matmul_gflops_around_steps": rates,
+        "fraction_per_step": fractions,
+        "fraction_of_matmul_rate": sorted(fractions)[len(fractions) // 2],
+        # seconds at a common machine speed (1 TFLOP/s of matmul): compares rows of different runs
+        "step_seconds_at_unit_rate": sorted(s * r / 1000 for s, r in zip(wall, around))[len(wall) // 2],
+    }
+
+
+OFFICIAL = ("spin", "official code")  # the (model, backend) of the official SPIN code's rows
+OFFICIAL_KEPT = ("harness", "official_commit", "torch", "loss", "optimizer", "gradient_clipping")
+
+
+def official_row(out: dict[str, Any], identity: dict[str, Any]) -> dict[str, Any]:
+    """A row of this table from ``official_spin_step.py``'s output (or its failure record)."""
+    if "step_seconds" not in out:
+        return out
+    wall = out["step_seconds"]
+    return {
+        **identity,
+        "step_seconds": wall,
+        "step_seconds_median": sorted(wall)[len(wall) // 2],
+        "flops_per_step": out["flops_per_step"],
+        "step_rss_gib": out["peak_rss_rise_mib"] / 1024,
+        "peak_rss_gib": out["peak_rss_mib"] / 1024,
+        "n_params": out["parameters"],
+        "official": {k: out.get(k) for k in (*OFFICIAL_KEPT, "not_in_step", "stubbed_imports", "settings")},
+        "wall_seconds": out.get("wall_seconds"),
+        **rate_fields(out["flops_per_step"], wall, out["matmul_gflops_around_steps"]),
+        "status": "ok",
+    }
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
@@ -266,6 +295,7 @@ def write_report(rows: list[dict[str, Any]], meta: dict[str, Any], out: Path) ->
         k = scaling.fitted_exponent([r["n"] for r in ok], [r["step_rss_gib"] for r in ok])
         lines.append(f"| {m} | {b} | {largest} | {stopped} | {k:.2f} |")
     lines += dropout_cost_lines(rows)
+    lines += official_lines(rows)
     (out / "step_cost.md").write_text("\n".join(lines) + "\n")
     (out / "step_cost.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=str))
     plot(rows, combos, out / "step_cost.png")
@@ -297,6 +327,52 @@ def dropout_cost_lines(rows: list[dict[str, Any]]) -> list[str]:
         "| model | n | share of the matmul rate, sdpa | with dropout | step time with / without "
         "(at equal machine speed) | step memory with / without |",
         "|---|---|---|---|---|---|",
+        *lines,
+    ]
+
+
+def official_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """SPIN against the official code at each n where both ran: the time ratio at equal machine
+    speed (each side's seconds times the matmul rate around its steps), the wall-clock ratio, the
+    step-memory ratio and the parameter counts."""
+    lines = []
+    for n in sorted({r["n"] for r in rows}):
+        theirs = _row(rows, *OFFICIAL, n)
+        if theirs is None or theirs["status"] != "ok":
+            continue
+        for backend in ("sdpa+dropout", "sdpa"):
+            ours = _row(rows, "spin", backend, n)
+            if ours is None or ours["status"] != "ok":
+                continue
+            lines.append(
+                f"| {n:,} | {backend} | {ours['step_seconds_median']:.2f} s, {ours['step_rss_gib']:.2f} GiB, "
+                f"{ours['n_params'] / 1e6:.1f}M | {theirs['step_seconds_median']:.2f} s, "
+                f"{theirs['step_rss_gib']:.2f} GiB, {theirs['n_params'] / 1e6:.1f}M | "
+                f"{ours['step_seconds_at_unit_rate'] / theirs['step_seconds_at_unit_rate']:.2f}x | "
+                f"{ours['step_seconds_median'] / theirs['step_seconds_median']:.2f}x | "
+                f"{ours['step_rss_gib'] / theirs['step_rss_gib']:.2f}x |"
+            )
+    if not lines:
+        return []
+    first = next(r for r in rows if (r["model"], r["backend"]) == OFFICIAL and r["status"] == "ok")
+    info = first["official"]
+    return [
+        "",
+        "## SPIN against the official code",
+        "",
+        f"The official SPIN (github.com/RichRast/SPIN at {str(info['official_commit'])[:10]}, torch "
+        f"{info['torch']}) timed by `benchmarks/official_spin_step.py` in the same invocation, at its "
+        "Protein script's settings (e = 128, 16 heads, 4 attribute and 4 row layers, h = f = 10, hidden "
+        "and attention dropout 0.1); step: "
+        f"{info['loss']}, {info['optimizer']}, {info['gradient_clipping']}. Left out of its step: "
+        f"{'; '.join(info['not_in_step'])}. Ours: the same widths and dropouts (`--widths official`), "
+        "our loss, optimizer and clipping. Time at equal machine speed: each side's median of "
+        "(step seconds x the matmul rate around the step), so that a drift of the shared machine "
+        "between the runs does not count.",
+        "",
+        "| n | our backend | ours: s, step GiB, parameters | official: s, step GiB, parameters "
+        "| time ours / official (equal machine speed) | wall ours / official | memory ours / official |",
+        "|---|---|---|---|---|---|---|",
         *lines,
     ]
 
@@ -341,12 +417,36 @@ def worker_command(args: argparse.Namespace, model: str, backend: str, n: int) -
     return cmd
 
 
+def official_command(args: argparse.Namespace, n: int) -> list[str]:
+    harness = Path(__file__).resolve().parent / "official_spin_step.py"
+    python, root = args.official_spin
+    options = [
+        "--official-root",
+        root,
+        "--n",
+        str(n),
+        "--steps",
+        str(args.steps),
+        "--threads",
+        str(args.threads),
+    ]
+    return [python, str(harness), *options]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default=",".join(str(s) for s in DEFAULT_SIZES))
     parser.add_argument("--models", default="npt,spin")
     parser.add_argument("--backends", default=",".join(DEFAULT_BACKENDS))
     parser.add_argument("--widths", default="cpu", choices=sorted(WIDTHS))
+    parser.add_argument(
+        "--official-spin",
+        nargs=2,
+        metavar=("PYTHON", "ROOT"),
+        help="also time the official SPIN code (its folder ROOT, run by the interpreter PYTHON of an "
+        "environment that has its dependencies) at each size, with --widths official: see "
+        "official_spin_step.py",
+    )
     parser.add_argument("--steps", type=int, default=2, help="timed steps after one warm-up")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per worker")
@@ -356,6 +456,8 @@ def main() -> int:
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument("--worker", nargs=3, metavar=("MODEL", "BACKEND", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.official_spin and args.widths != "official":
+        parser.error("--official-spin compares at the official widths: add --widths official")
     if args.worker:
         import torch
 
@@ -381,7 +483,14 @@ def main() -> int:
         "rate": "probed around each step",
     }
     same = ("code", "widths", "threads", "steps", "flop_count", "rate")
-    rows = [r for r in read_rows(jsonl) if all(r.get("meta", {}).get(k) == meta[k] for k in same)]
+    rows = [
+        r
+        for r in read_rows(jsonl)
+        if all(r.get("meta", {}).get(k) == meta[k] for k in same)
+        # a row made before its widths changed (the name kept, the options not)
+        and r.get("model_options", model_options(r["model"], r["backend"], args.widths))
+        == model_options(r["model"], r["backend"], args.widths)
+    ]
     if not args.report_only:
         sizes = [int(s) for s in args.sizes.split(",")]
         for model in args.models.split(","):
@@ -404,6 +513,19 @@ def main() -> int:
                     with jsonl.open("a") as fh:
                         fh.write(json.dumps(row, default=str) + "\n")
                     print(f"{model} {backend} n={n}: {_cell(row)}", flush=True)
+        if args.official_spin:
+            for n in sizes:
+                if _row(rows, *OFFICIAL, n) is None:
+                    identity = dict(zip(("model", "backend", "n"), (*OFFICIAL, n)))
+                    cmd = official_command(args, n)
+                    row = official_row(
+                        scaling.run_worker(cmd, identity, args.timeout, args.mem_cap_gib), identity
+                    )
+                    row["meta"] = {**meta, "command": " ".join(shlex.quote(a) for a in cmd)}
+                    rows.append(row)
+                    with jsonl.open("a") as fh:
+                        fh.write(json.dumps(row, default=str) + "\n")
+                    print(f"official SPIN n={n}: {_cell(row)}", flush=True)
     if rows:
         write_report(rows, meta, args.out)
         print(f"wrote {args.out / 'step_cost.md'}")

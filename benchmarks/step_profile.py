@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import scaling
-from step_cost import RESULTS, matmul_rate, model_options
+from matmul_rate import matmul_rate
+from step_cost import RESULTS, model_options
 
 from semiparam.bench.measure import code_hash, machine_info
 
