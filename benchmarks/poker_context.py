@@ -556,7 +556,7 @@ def write_report(out: Path, records: list[dict[str, Any]], code: str) -> None:
                 f"{r['predict_seconds']:.1f} | {r['fit_peak_rss_gib']:.2f} | "
                 f"{r['predict_peak_rss_gib']:.2f} | {steps} | {stop} |"
             )
-        lines += ["", *_reading(runs, contexts), *_masking_reading(runs, half), ""]
+        lines += ["", *_reading(runs, contexts, half), *_masking_reading(runs, half), ""]
         lines += [
             "![accuracy against context](poker_context.png)",
             "",
@@ -600,7 +600,7 @@ def write_report(out: Path, records: list[dict[str, Any]], code: str) -> None:
                 f"{steps} | {stop} | "
                 f"{'' if peak is None else f'{peak:.2f}'} |"
             )
-        lines += ["", *_paper_reading(runs, paper), ""]
+        lines += ["", *_paper_reading(runs, paper, half), ""]
     if knobs:
         kc = knobs[0]["context"]
         lines += [
@@ -735,7 +735,11 @@ def _knob_reading(knobs: list[dict[str, Any]]) -> list[str]:
     return text
 
 
-def _reading(runs: dict[tuple[str, int], dict[str, Any]], contexts: list[int]) -> list[str]:
+def _reading(
+    runs: dict[tuple[str, int], dict[str, Any]],
+    contexts: list[int],
+    half: dict[tuple[str, int], dict] | None = None,
+) -> list[str]:
     """Sentences computed from the runs: does SPIN rise with c, and what does it beat at its
     largest context."""
     spin = [runs.get(("spin", c)) for c in contexts]
@@ -750,30 +754,46 @@ def _reading(runs: dict[tuple[str, int], dict[str, Any]], contexts: list[int]) -
         f"Reading: SPIN's test accuracy {'rises' if rising else 'does not rise'} with the context "
         f"({accuracies} at c = {sizes})."
     ]
-    out += _verdicts(runs, top, f"At c = {top['context']:,} SPIN ({top['accuracy']:.1%})")
+    out += _verdicts(runs, top, f"At c = {top['context']:,} SPIN ({top['accuracy']:.1%})", half)
     failed = [r for c in contexts if (r := runs.get(("npt", c))) and r["status"] != "ok"]
     if failed:
         out.append(f"NPT at c = {failed[0]['context']:,}: {failed[0]['status']}.")
     return [" ".join(out)]
 
 
-def _verdicts(runs: dict[tuple[str, int], dict[str, Any]], top: dict[str, Any], subject: str) -> list[str]:
+def _verdicts(
+    runs: dict[tuple[str, int], dict[str, Any]],
+    top: dict[str, Any],
+    subject: str,
+    half: dict[tuple[str, int], dict] | None = None,
+) -> list[str]:
     """``subject`` (SPIN's run ``top``) against HistGradientBoosting and CatBoost at its context and
-    NPT at NPT's largest context."""
-    npt_ok = sorted((c, r) for (m, c), r in runs.items() if m == "npt" and r["status"] == "ok")
+    NPT at NPT's largest context, the better NPT there of the protocol's masking and the paper's
+    (``half``)."""
+    npt_ok = sorted(
+        (c, r["accuracy"], i, r)
+        for i, found in enumerate((runs, half or {}))
+        for (m, c), r in found.items()
+        if m == "npt" and r["status"] == "ok"
+    )
     rivals = [runs.get((m, top["context"])) for m in ("hgb", "catboost")]
     if npt_ok:
-        rivals.append(npt_ok[-1][1])
+        rivals.append(npt_ok[-1][-1])
     out = []
     for r in rivals:
         if r is None or r["status"] != "ok":
             continue
         verdict = "beats" if top["accuracy"] > r["accuracy"] else "does not beat"
-        out.append(f"{subject} {verdict} {NAMES[r['model']]} at c = {r['context']:,} ({r['accuracy']:.1%}).")
+        name = NAMES[r["model"]] + ("" if _protocol(r) else ", labels half hidden,")
+        out.append(f"{subject} {verdict} {name} at c = {r['context']:,} ({r['accuracy']:.1%}).")
     return out
 
 
-def _paper_reading(runs: dict[tuple[str, int], dict[str, Any]], paper: list[dict[str, Any]]) -> list[str]:
+def _paper_reading(
+    runs: dict[tuple[str, int], dict[str, Any]],
+    paper: list[dict[str, Any]],
+    half: dict[tuple[str, int], dict] | None = None,
+) -> list[str]:
     """Sentences computed from the paper-protocol runs: each against the boosting models at the
     same context and NPT at its largest context."""
     out = []
@@ -796,7 +816,7 @@ def _paper_reading(runs: dict[tuple[str, int], dict[str, Any]], paper: list[dict
                 )
             )
         out += _verdicts(
-            runs, top, f"SPIN at c = {top['context']:,}, whole-context batches ({top['accuracy']:.1%}),"
+            runs, top, f"SPIN at c = {top['context']:,}, whole-context batches ({top['accuracy']:.1%}),", half
         )
     return [" ".join(out)] if out else []
 

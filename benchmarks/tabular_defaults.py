@@ -401,8 +401,11 @@ def rekey_by_probe(
         if name not in before or name not in now:
             raise SystemExit(f"probe {name!r} ran under one code only: rerun, do not rekey")
         a, b = before[name], now[name]
-        numeric = all(isinstance(v, (int, float, list)) for v in (a, b))
-        diff = float(np.abs(np.asarray(a, float) - np.asarray(b, float)).max()) if numeric else float(a != b)
+        if all(isinstance(v, (int, float, list)) for v in (a, b)):
+            a, b = np.asarray(a, float), np.asarray(b, float)
+            diff = float(np.abs(a - b).max()) if a.shape == b.shape else math.inf
+        else:
+            diff = float(a != b)
         print(f"probe {name}: largest difference {diff:.3g}", flush=True)
         if not diff <= tolerance:  # also refuses a NaN difference
             raise SystemExit(f"probe {name!r} computes differently than at {commit}: rerun, do not rekey")

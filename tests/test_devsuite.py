@@ -252,7 +252,7 @@ def test_rekey_by_probe_moves_the_old_codes_records_only_when_the_probes_agree(t
     def probe_with(old_value, new_value):
         return lambda env: {"fit": old_value if env is not None else new_value, "split": "same"}
 
-    for old_value, new_value in (([0.5, 0.25], [0.5, 0.26]), ([0.5], [float("nan")])):
+    for old_value, new_value in (([0.5, 0.25], [0.5, 0.26]), ([0.5], [float("nan")]), ([0.5], [0.5, 0.5])):
         with pytest.raises(SystemExit, match="computes differently"):
             td.rekey_by_probe(jsonl, "abc", "new", probe_with(old_value, new_value), lambda root: "old")
     with pytest.raises(SystemExit, match="one code only"):
