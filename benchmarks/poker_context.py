@@ -263,12 +263,11 @@ def import_records(jsonl: Path, records: list[dict[str, Any]], source: Path, cod
     package bytes equal this checkout's: their ``code.semiparam`` (a syntax-tree hash, which depends
     on the Python version) is set to this one's, the original kept as ``semiparam_on_run_machine``.
     Records already present, or made from other code, are left out. Returns how many were added."""
+    from tabular_defaults import read_records
+
     local = src_bytes_hash()
     added = 0
-    for line in source.read_text().splitlines():
-        if not line.strip():
-            continue
-        rec = json.loads(line)
+    for rec in read_records(source):
         if rec.get("code", {}).get("src_bytes_sha256") != local:
             print(f"skipped (other code): {rec.get('model')} c={rec.get('context')}")
             continue
@@ -433,12 +432,18 @@ def rekey_verified(out: Path, commit: str, code: str, seed: int) -> None:
     def run_probe(env: dict[str, str] | None) -> dict[str, Any]:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--probe", "--seed", str(seed)]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
-        lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-        if proc.returncode != 0 or not lines:
+        found = child_result(proc)
+        if found is None:
             raise SystemExit(f"the probe failed ({' '.join(cmd[1:])}): {proc.stderr.strip()[-400:]}")
-        return json.loads(lines[-1])
+        return found
 
     rekey_by_probe(out / "poker_context.jsonl", commit, code, run_probe, code_hash)
+
+
+def child_result(proc: subprocess.CompletedProcess) -> dict[str, Any] | None:
+    """The JSON object a child run prints last on its standard output, or None if it failed."""
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    return json.loads(lines[-1]) if proc.returncode == 0 and lines else None
 
 
 def spawn(model: str, context: int, settings: dict[str, Any], ckpt: Path, args: argparse.Namespace) -> dict:
@@ -461,9 +466,9 @@ def spawn(model: str, context: int, settings: dict[str, Any], ckpt: Path, args: 
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, cwd=ROOT)
     except subprocess.TimeoutExpired:
         return {"status": "timeout", "limit_seconds": args.timeout}
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if proc.returncode == 0 and lines:
-        return {**json.loads(lines[-1]), "wall_seconds": time.perf_counter() - start}
+    found = child_result(proc)
+    if found is not None:
+        return {**found, "wall_seconds": time.perf_counter() - start}
     err = proc.stderr.strip().splitlines()
     # a process killed by the kernel for memory ends on SIGKILL (-9) without a Python traceback
     status = "out of memory" if proc.returncode in (-9, 137) or "MemoryError" in proc.stderr else "error"
@@ -755,10 +760,28 @@ def _reading(
         f"({accuracies} at c = {sizes})."
     ]
     out += _verdicts(runs, top, f"At c = {top['context']:,} SPIN ({top['accuracy']:.1%})", half)
+    out += _catboost_against_paper(runs)
     failed = [r for c in contexts if (r := runs.get(("npt", c))) and r["status"] != "ok"]
     if failed:
         out.append(f"NPT at c = {failed[0]['context']:,}: {failed[0]['status']}.")
     return [" ".join(out)]
+
+
+def _catboost_against_paper(runs: dict[tuple[str, int], dict[str, Any]]) -> list[str]:
+    """Where CatBoost on these rows reaches or passes the paper's best SPIN accuracy, say so: a
+    SPIN that beats it here would have to beat the paper's own result, with fewer hands."""
+    from semiparam.bench.paper import POKER_CONTEXT_ACCURACY, POKER_GBT_ACCURACY
+
+    cat = sorted((c, r["accuracy"]) for (m, c), r in runs.items() if m == "catboost" and r["status"] == "ok")
+    paper_c, paper_acc = max(POKER_CONTEXT_ACCURACY["SPIN"].items(), key=lambda t: t[1])
+    above = [(c, a) for c, a in cat if 100 * a >= paper_acc]
+    if not above:
+        return []
+    c, a = above[0]
+    return [
+        f"CatBoost on these test hands reaches {a:.2%} from c = {c:,}, at or above the paper's best SPIN "
+        f"({paper_acc:.2f}% at c = {paper_c:,}; the paper's boosted trees: {POKER_GBT_ACCURACY:.2f}%)."
+    ]
 
 
 def _verdicts(
@@ -942,17 +965,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     import devsuite
+    from tabular_defaults import read_records
 
     from semiparam.bench.measure import code_hash, machine_info
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     jsonl = out / "poker_context.jsonl"
-    records = [json.loads(s) for s in (jsonl.read_text().splitlines() if jsonl.exists() else []) if s.strip()]
     code = code_hash()
     if args.rekey_verified:
         rekey_verified(out, args.rekey_verified, code, args.seed)
-        records = [json.loads(s) for s in jsonl.read_text().splitlines() if s.strip()]
+    records = read_records(jsonl)
+    if args.rekey_verified:
         args.report_only = True  # then only rewrite the report
     if args.import_records:
         print(f"imported {import_records(jsonl, records, Path(args.import_records), code)} record(s)")

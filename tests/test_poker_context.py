@@ -45,3 +45,14 @@ def test_runs_are_split_by_label_masking_and_spin_meets_the_better_npt():
     # at an equal largest context the more accurate NPT is the rival, whichever its masking
     runs[("npt", 16000)] = _run("npt", 16000, 0.97, protocol)
     assert "does not beat NPT at c = 16,000 (97.0%)" in " ".join(pc._verdicts(runs, top, "SPIN", half))
+
+
+def test_catboost_is_set_against_the_papers_best_spin_only_where_it_reaches_it():
+    from semiparam.bench.paper import POKER_CONTEXT_ACCURACY
+
+    best = max(POKER_CONTEXT_ACCURACY["SPIN"].values()) / 100
+    below = {("catboost", 4000): _run("catboost", 4000, best - 0.01)}
+    assert pc._catboost_against_paper(below) == []
+    runs = {**below, ("catboost", 20008): _run("catboost", 20008, best + 0.0005)}
+    (sentence,) = pc._catboost_against_paper(runs)
+    assert f"reaches {best + 0.0005:.2%} from c = 20,008" in sentence
