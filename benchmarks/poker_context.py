@@ -975,9 +975,8 @@ def main(argv: list[str] | None = None) -> int:
     code = code_hash()
     if args.rekey_verified:
         rekey_verified(out, args.rekey_verified, code, args.seed)
-    records = read_records(jsonl)
-    if args.rekey_verified:
         args.report_only = True  # then only rewrite the report
+    records = read_records(jsonl)
     if args.import_records:
         print(f"imported {import_records(jsonl, records, Path(args.import_records), code)} record(s)")
     if args.report_only or args.import_records:
