@@ -74,6 +74,9 @@ MODELS: dict[str, tuple[Any, dict[str, Any]]] = {
     "CIPNP-ff4": (CIPNP, {"readback_ff": 4, "summary_encoder": "separate"}),  # the first default
     "CIPNP-ff1": (CIPNP, {"readback_ff": 1, "summary_encoder": "separate"}),
     "CIPNP-located": (CIPNP, {"readout": "located", "summary_encoder": "separate"}),
+    # twice the default's inducing points (h = the range's smallest context, not half of it): does
+    # the inducing bottleneck cap what CIPNP reaches with long training?
+    "CIPNP-h=m": (CIPNP, {"n_inducing": "min_ctx"}),
     "IPNP": (IPNP, {}),
     "ANP": (ANP, {}),
     "BANP": (BANP, {}),
@@ -101,6 +104,8 @@ def cell_name(model: str, lo: int, hi: int, seed: int) -> str:
 def build(model: str, args: argparse.Namespace, seed: int) -> Any:
     cls, extra = MODELS[model]
     options: dict[str, Any] = {"d_model": args.d_model, "n_heads": args.n_heads, **extra}
+    if options.get("n_inducing") == "min_ctx":  # resolved per cell: the range's smallest context
+        options["n_inducing"] = args.range[0]
     if model in LATENT:
         options["d_latent"] = args.d_model
     return cls(random_state=seed, device=args.device, **options)
