@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from semiparam.bench.measure import code_hash, machine_info
+from semiparam.bench.measure import code_hash, import_closure, machine_info
 from semiparam.np import (
     ANP,
     BANP,
@@ -794,6 +794,52 @@ def rekey_verified(args: argparse.Namespace, old_commit: str, renames: dict[str,
         scratch.cleanup()
 
 
+def adopt(args: argparse.Namespace, source: Path) -> None:
+    """Take in the cells of a run made elsewhere (a device machine's copy of this tree): ``source``
+    is that run's cell folder (``.../tmp/np_convergence``). Its commit's neural-process sources
+    (every file ``code_hash`` reads for ``NP_MODULES``) must equal this checkout's, byte for byte;
+    then each finished cell is restamped with this checkout's hash, keeping the device's hash and
+    commit under ``restamped`` (another Python hashes the same syntax differently, see
+    ``code_hash``), and the checkpoints of unfinished cells are copied so that ``--resume`` goes on
+    from them here. Cells this folder already has are kept as they are."""
+    root = HERE.parent
+    package = root / "src" / "semiparam"
+    files = [str(f.relative_to(root)) for f in import_closure(package, NP_MODULES)]
+    finished = {f.name: json.loads(f.read_text()) for f in sorted(source.glob("worker_*.json"))}
+    finished = {n: c for n, c in finished.items() if "." not in n.removesuffix(".json")}  # not set aside
+    for name, cell in finished.items():
+        commit = cell.get("git_commit", "")
+        differs = subprocess.run(["git", "diff", "--quiet", commit, "--", *files], cwd=root).returncode
+        if differs:
+            print(f"[adopt] {name}: NP sources at {commit!r} differ from this checkout's; not adopted")
+            continue
+        if (TMP / name).exists():
+            print(f"[adopt] {name}: this folder has the cell already; kept")
+            continue
+        if cell["np_code_hash"] != args.np_code_hash:
+            cell["restamped"] = {
+                "np_code_hash_on_device": cell["np_code_hash"],
+                "git_commit_on_device": commit,
+                "why": f"trained from commit {commit}, whose NP sources are byte-identical to this"
+                " checkout's: the hashes differ by the Python that parsed them",
+            }
+            cell["np_code_hash"] = args.np_code_hash
+        (TMP / name).write_text(json.dumps(cell, indent=1))
+        # a local start of the same cell, if any, is superseded by the finished one
+        local_start = TMP / "checkpoints" / name.removeprefix("worker_").removesuffix(".json")
+        shutil.rmtree(local_start, ignore_errors=True)
+        print(f"[adopt] {name}: adopted")
+    for checkpoints in sorted((source / "checkpoints").glob("*")):
+        cell_file = f"worker_{checkpoints.name}.json"
+        if cell_file in finished or (TMP / cell_file).exists():
+            continue
+        target = TMP / "checkpoints" / checkpoints.name
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.copytree(checkpoints, target)
+        print(f"[adopt] {checkpoints.name}: unfinished; its checkpoints copied to resume here")
+
+
 def oracle(ranges: list[tuple[int, int]], n: int) -> dict[str, dict[str, list[float]]]:
     out: dict[str, dict[str, list[float]]] = {}
     for lo, hi in ranges:
@@ -839,6 +885,12 @@ def main() -> None:
         "--rekey-verified",
         metavar="COMMIT",
         help="restamp COMMIT's finished cells with this code's hash where a short training is identical",
+    )
+    parser.add_argument(
+        "--adopt",
+        type=Path,
+        metavar="DIR",
+        help="take in the cells of a run made elsewhere (DIR: its tmp/np_convergence folder), then stop",
     )
     parser.add_argument("--probes-only", action="store_true", help="run the cost probes, not the cells")
     parser.add_argument(
@@ -896,7 +948,7 @@ def main() -> None:
     ]  # fmt: skip
     TMP.mkdir(parents=True, exist_ok=True)
     skip = ("kind", "model", "range", "seed", "result", "out_dir")
-    skip += ("rekey_verified", "rekey_rename", "probes_only", "compare_with", "provenance")
+    skip += ("rekey_verified", "rekey_rename", "probes_only", "compare_with", "provenance", "adopt")
     settings = {k: v for k, v in vars(args).items() if k not in skip}
     args.np_code_hash, args.git_commit = code_hash(modules=NP_MODULES), git_commit()
     meta = {
@@ -915,6 +967,9 @@ def main() -> None:
         meta["compare_with"] = args.compare_with or old.get("compare_with")
     else:
         meta["device"] = device_name(args.device)
+    if args.adopt:
+        adopt(args, args.adopt)
+        return
     if args.rekey_verified:
         renames = dict(pair.split("=", 1) for pair in args.rekey_rename.split(",") if pair)
         rekey_verified(args, args.rekey_verified, renames)

@@ -1,0 +1,61 @@
+"""benchmarks/np_convergence.py --adopt: cells made on another machine are taken in only where
+their commit's neural-process sources are this checkout's, restamped with this checkout's hash (the
+device's kept), without overwriting a local cell; unfinished cells bring their checkpoints to
+resume here. No model is trained."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import np_convergence as nc  # noqa: E402
+
+
+def _head() -> str | None:
+    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _cell(model: str, seed: int, commit: str) -> dict:
+    return {"model": model, "range": [64, 128], "seed": seed, "git_commit": commit, "np_code_hash": "device"}
+
+
+def test_adopt_restamps_matching_cells_keeps_local_ones_and_copies_unfinished_checkpoints(
+    tmp_path, monkeypatch
+):
+    head = _head()
+    if head is None:
+        pytest.skip("no git checkout to compare sources against")
+    source, local = tmp_path / "device", tmp_path / "local"
+    (source / "checkpoints" / "CANP_64_128_s2").mkdir(parents=True)
+    (source / "checkpoints" / "CANP_64_128_s2" / "state.pt").write_bytes(b"resume me")
+    (source / "checkpoints" / "CIPNP_64_128_s1").mkdir()  # finished: its checkpoints stay behind
+    cells = {
+        "CIPNP_64_128_s1": _cell("CIPNP", 1, head),
+        "CANP_64_128_s1": _cell("CANP", 1, "0" * 40),  # a commit this checkout cannot match
+        "CIPNP_64_128_s0": _cell("CIPNP", 0, head),  # the local folder has it already
+    }
+    for name, cell in cells.items():
+        (source / f"worker_{name}.json").write_text(json.dumps(cell))
+    (local / "checkpoints" / "CIPNP_64_128_s1").mkdir(parents=True)  # a local start, superseded
+    (local / "worker_CIPNP_64_128_s0.json").write_text(json.dumps({"mine": True}))
+    monkeypatch.setattr(nc, "TMP", local)
+
+    nc.adopt(argparse.Namespace(np_code_hash="here"), source)
+
+    adopted = json.loads((local / "worker_CIPNP_64_128_s1.json").read_text())
+    assert adopted["np_code_hash"] == "here"
+    assert adopted["restamped"]["np_code_hash_on_device"] == "device"
+    assert adopted["restamped"]["git_commit_on_device"] == head
+    assert not (local / "checkpoints" / "CIPNP_64_128_s1").exists()
+    assert not (local / "worker_CANP_64_128_s1.json").exists()
+    assert json.loads((local / "worker_CIPNP_64_128_s0.json").read_text()) == {"mine": True}
+    assert (local / "checkpoints" / "CANP_64_128_s2" / "state.pt").read_bytes() == b"resume me"
