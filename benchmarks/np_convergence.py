@@ -339,6 +339,7 @@ def write_report(results: dict[str, Any], out: Path) -> None:
         oracle_row = [f"{mean(results['oracle'][f'{lo}_{hi}'][kernel]):.3f}" for lo, hi in ranges]
         lines += ["| GP oracle | " + " | ".join(oracle_row) + " |", ""]
     lines += verdict(cells, results["probes"], ranges)
+    lines += gap_table(cells, ranges)
     probed = [m for m in settings["models"] if m in models or probe_of(results["probes"], m, *ranges[-1])]
     lines += cost_table(cells, results["probes"], ranges, probed)
     lines += convergence_table(cells, models, ranges)
@@ -459,6 +460,48 @@ def verdict(
     return lines + [""]
 
 
+def batch_gaps(cells: list[dict[str, Any]], model: str, lo: int, hi: int) -> list[float]:
+    """``model`` - CANP in RBF log-likelihood, batch by batch (the held-out batches are the same
+    tasks for every model), pooled over the seeds both ran."""
+
+    def by_seed(name: str) -> dict[int, list[float]]:
+        return {
+            c["seed"]: c["eval_ll_per_batch"]["rbf"]
+            for c in cells
+            if c["model"] == name and c["range"] == [lo, hi]
+        }
+
+    mine, base = by_seed(model), by_seed("CANP")
+    return [
+        a - b for seed in sorted(set(mine) & set(base)) for a, b in zip(mine[seed], base[seed], strict=True)
+    ]
+
+
+def gap_table(cells: list[dict[str, Any]], ranges: list[tuple[int, int]]) -> list[str]:
+    """Whether the default CIPNP's difference from CANP is spread over the tasks or made by a few:
+    the mean of the paired per-batch differences beside their median and extremes."""
+    rows = [(lo, hi, gaps) for lo, hi in ranges if (gaps := batch_gaps(cells, "CIPNP", lo, hi))]
+    if not rows:
+        return []
+    lines = [
+        "## Where the difference lies (CIPNP - CANP, batch by batch)",
+        "",
+        "RBF log-likelihood of the default CIPNP minus CANP's on the same held-out batch (16 tasks"
+        " each), pooled over the seeds both ran. A mean far below the median means a few batches"
+        " make the difference; a median near the mean means it is spread over the tasks.",
+        "",
+        "| range | batches | mean | median | worst | best | batches CIPNP ahead |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for lo, hi, gaps in rows:
+        ahead = sum(g > 0 for g in gaps)
+        lines.append(
+            f"| [{lo},{hi}] | {len(gaps)} | {mean(gaps):+.3f} | {statistics.median(gaps):+.3f}"
+            f" | {min(gaps):+.3f} | {max(gaps):+.3f} | {ahead} of {len(gaps)} |"
+        )
+    return lines + [""]
+
+
 def cost_table(cells, probes, ranges, models) -> list[str]:  # noqa: ANN001
     lines = [
         "## Cost",
@@ -545,7 +588,8 @@ def budget_table(cells, models, ranges, other: str, steps: int) -> list[str]:  #
         "RBF target log-likelihood of the same model, range and seed (same initialisation and task"
         f" stream) after {theirs['settings']['steps']} and after {steps} steps of the same schedule"
         " shape (cosine to 0): the gain is what the longer training bought. Mean ± sd over the seeds"
-        " both ran.",
+        " both ran. The CIPNP - CANP rows: the acceptance's paired difference at each budget, over the"
+        " seeds all four runs share, and how the longer training changed it.",
         "",
         f"| model | range | seeds | {theirs['settings']['steps']} steps | {steps} steps | gain |",
         "|---|---|---|---|---|---|",
@@ -561,6 +605,17 @@ def budget_table(cells, models, ranges, other: str, steps: int) -> list[str]:  #
             cols = [f"{mean(v):{sign}.3f}" + (f" ± {sd(v):.3f}" if len(v) > 1 else "") for v, sign in
                     ((a, ""), (b, ""), (gains, "+"))]  # fmt: skip
             lines.append(f"| {model} | [{lo},{hi}] | {len(common)} | " + " | ".join(cols) + " |")
+    if "CIPNP" in models and "CANP" in models:  # the acceptance's difference at both budgets
+        for lo, hi in ranges:
+            runs = [seed_scores(c, m, lo, hi) for c in (other_cells, cells) for m in ("CIPNP", "CANP")]
+            common = sorted(set.intersection(*(set(r) for r in runs)))
+            if not common:
+                continue
+            short, long = ([r[0][k] - r[1][k] for k in common] for r in (runs[:2], runs[2:]))
+            cols = [f"{mean(v):+.3f}" + (f" ± {sd(v):.3f}" if len(v) > 1 else "") for v in (short, long)]
+            change = [y - x for x, y in zip(short, long, strict=True)]
+            label = f"| CIPNP - CANP | [{lo},{hi}] | {len(common)} | "
+            lines.append(label + f"{cols[0]} | {cols[1]} | {mean(change):+.3f} |")
     return lines + [""]
 
 

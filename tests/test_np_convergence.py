@@ -1,7 +1,8 @@
-"""benchmarks/np_convergence.py --adopt: cells made on another machine are taken in only where
-their commit's neural-process sources are this checkout's, restamped with this checkout's hash (the
-device's kept), without overwriting a local cell; unfinished cells bring their checkpoints to
-resume here. No model is trained."""
+"""benchmarks/np_convergence.py: ``--adopt`` takes in cells made on another machine only where their
+commit's neural-process sources are this checkout's, restamped with this checkout's hash (the
+device's kept), without overwriting a local cell, and unfinished cells bring their checkpoints to
+resume here; the report's batch-by-batch gap pairs the same held-out batches of the same seeds. No
+model is trained."""
 
 from __future__ import annotations
 
@@ -59,3 +60,19 @@ def test_adopt_restamps_matching_cells_keeps_local_ones_and_copies_unfinished_ch
     assert not (local / "worker_CANP_64_128_s1.json").exists()
     assert json.loads((local / "worker_CIPNP_64_128_s0.json").read_text()) == {"mine": True}
     assert (local / "checkpoints" / "CANP_64_128_s2" / "state.pt").read_bytes() == b"resume me"
+
+
+def _scored(model: str, seed: int, rbf: list[float]) -> dict:
+    return {"model": model, "range": [64, 128], "seed": seed, "eval_ll_per_batch": {"rbf": rbf}}
+
+
+def test_the_gap_pairs_batches_of_the_seeds_both_models_ran():
+    cells = [
+        _scored("CIPNP", 0, [1.0, 1.2, 0.2]),
+        _scored("CANP", 0, [1.1, 1.1, 1.0]),
+        _scored("CIPNP", 1, [5.0, 5.0, 5.0]),  # CANP has no seed 1: left out
+    ]
+    gaps = nc.batch_gaps(cells, "CIPNP", 64, 128)
+    assert gaps == pytest.approx([-0.1, 0.1, -0.8])
+    row = nc.gap_table(cells, [(64, 128), (256, 512)])[-2]  # [256,512] has no cells: no row
+    assert row == "| [64,128] | 3 | -0.267 | -0.100 | -0.800 | +0.100 | 1 of 3 |"
