@@ -136,27 +136,36 @@ def reset_peak_rss() -> None:
 # ---- one cell, in its own process ------------------------------------------------------------------
 
 
+def cell_fit(
+    args: argparse.Namespace, model: str, seed: int, checkpoints: Path
+) -> tuple[Any, dict[str, Any]]:
+    """A cell's estimator and the arguments of its fit (at ``args.range``, checkpointed in
+    ``checkpoints``): the same fit resumes an interrupted cell or restores a finished one."""
+    lo, hi = args.range
+    # the training draws on the model's device (a CUDA device computes their Cholesky); the held-out
+    # batches are drawn on the CPU, the same tasks on every device, and moved by the model
+    train = GPTaskSampler("rbf", min_ctx=lo, max_ctx=hi, random_state=1000 + seed, device=args.device)
+    fit_args = {
+        "tasks": train,
+        "max_steps": args.steps,
+        "learning_rate": args.lr,
+        "batch_size": 16,
+        "log_every": 50,
+        "validation": eval_batches("rbf", lo, hi, args.validation_batches, VALIDATION_SEED),
+        "eval_every": args.eval_every,
+        "checkpoint_dir": checkpoints,
+    }
+    return build(model, args, seed), fit_args
+
+
 def worker(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     lo, hi = args.range
-    model = build(args.model, args, args.seed)
-    # the training draws on the model's device (a CUDA device computes their Cholesky); the held-out
-    # batches are drawn on the CPU, the same tasks on every device, and moved by the model
-    train = GPTaskSampler("rbf", min_ctx=lo, max_ctx=hi, random_state=1000 + args.seed, device=args.device)
-    validation = eval_batches("rbf", lo, hi, args.validation_batches, VALIDATION_SEED)
     checkpoints = TMP / "checkpoints" / cell_name(args.model, lo, hi, args.seed)
+    model, fit_args = cell_fit(args, args.model, args.seed, checkpoints)
     devices = record_device(checkpoints, device_name(args.device))
     cpu_start, wall_start = time.process_time(), time.perf_counter()
-    model.fit(
-        train,
-        max_steps=args.steps,
-        learning_rate=args.lr,
-        batch_size=16,
-        log_every=50,
-        validation=validation,
-        eval_every=args.eval_every,
-        checkpoint_dir=checkpoints,
-    )
+    model.fit(**fit_args)
     history = model.history_
     result: dict[str, Any] = {
         "model": args.model,
@@ -380,13 +389,18 @@ def seed_means(cells: list[dict[str, Any]], model: str, lo: int, hi: int) -> lis
     ]
 
 
-def seed_scores(cells: list[dict[str, Any]], model: str, lo: int, hi: int) -> dict[int, float]:
-    """Mean RBF log-likelihood of each seed's run of ``model`` at a range."""
+def seed_batches(cells: list[dict[str, Any]], model: str, lo: int, hi: int) -> dict[int, list[float]]:
+    """RBF log-likelihood of each held-out batch, per seed's run of ``model`` at a range."""
     return {
-        c["seed"]: mean(c["eval_ll_per_batch"]["rbf"])
+        c["seed"]: c["eval_ll_per_batch"]["rbf"]
         for c in cells
         if c["model"] == model and c["range"] == [lo, hi]
     }
+
+
+def seed_scores(cells: list[dict[str, Any]], model: str, lo: int, hi: int) -> dict[int, float]:
+    """Mean RBF log-likelihood of each seed's run of ``model`` at a range."""
+    return {seed: mean(batches) for seed, batches in seed_batches(cells, model, lo, hi).items()}
 
 
 def probe_of(probes: list[dict[str, Any]], model: str, lo: int, hi: int) -> dict[str, Any] | None:
@@ -463,15 +477,7 @@ def verdict(
 def batch_gaps(cells: list[dict[str, Any]], model: str, lo: int, hi: int) -> list[float]:
     """``model`` - CANP in RBF log-likelihood, batch by batch (the held-out batches are the same
     tasks for every model), pooled over the seeds both ran."""
-
-    def by_seed(name: str) -> dict[int, list[float]]:
-        return {
-            c["seed"]: c["eval_ll_per_batch"]["rbf"]
-            for c in cells
-            if c["model"] == name and c["range"] == [lo, hi]
-        }
-
-    mine, base = by_seed(model), by_seed("CANP")
+    mine, base = seed_batches(cells, model, lo, hi), seed_batches(cells, "CANP", lo, hi)
     return [
         a - b for seed in sorted(set(mine) & set(base)) for a, b in zip(mine[seed], base[seed], strict=True)
     ]
@@ -862,10 +868,13 @@ def adopt(args: argparse.Namespace, source: Path) -> None:
     files = [str(f.relative_to(root)) for f in import_closure(package, NP_MODULES)]
     finished = {f.name: json.loads(f.read_text()) for f in sorted(source.glob("worker_*.json"))}
     finished = {n: c for n, c in finished.items() if "." not in n.removesuffix(".json")}  # not set aside
+    differs = {  # one comparison per commit the cells name
+        commit: subprocess.run(["git", "diff", "--quiet", commit, "--", *files], cwd=root).returncode != 0
+        for commit in {cell.get("git_commit", "") for cell in finished.values()}
+    }
     for name, cell in finished.items():
         commit = cell.get("git_commit", "")
-        differs = subprocess.run(["git", "diff", "--quiet", commit, "--", *files], cwd=root).returncode
-        if differs:
+        if differs[commit]:
             print(f"[adopt] {name}: NP sources at {commit!r} differ from this checkout's; not adopted")
             continue
         if (TMP / name).exists():

@@ -30,7 +30,6 @@ import np_convergence as nc
 import numpy as np
 
 from semiparam.bench.measure import code_hash, machine_info
-from semiparam.np import GPTaskSampler
 
 MODELS = ("CIPNP", "CANP")
 BINS = 4  # lengthscale bins, equal counts of tasks
@@ -42,22 +41,9 @@ def restore(model: str, lo: int, hi: int, seed: int, settings: dict[str, Any], c
     state = folder / "state.pt"
     if not state.exists():
         raise SystemExit(f"no checkpoint for {model} [{lo},{hi}] seed {seed}: {state} is missing")
-    args = argparse.Namespace(
-        d_model=settings["d_model"], n_heads=settings["n_heads"], device="cpu", range=[lo, hi]
-    )
-    estimator = nc.build(model, args, seed)
-    sampler = GPTaskSampler("rbf", min_ctx=lo, max_ctx=hi, random_state=1000 + seed)
-    validation = nc.eval_batches("rbf", lo, hi, settings["validation_batches"], nc.VALIDATION_SEED)
-    estimator.fit(
-        sampler,
-        max_steps=settings["steps"],
-        learning_rate=settings["lr"],
-        batch_size=16,
-        log_every=50,
-        validation=validation,
-        eval_every=settings["eval_every"],
-        checkpoint_dir=folder,
-    )
+    args = argparse.Namespace(**{**settings, "device": "cpu", "range": [lo, hi]})
+    estimator, fit_args = nc.cell_fit(args, model, seed, folder)
+    estimator.fit(**fit_args)
     if estimator.history_.n_steps != settings["steps"]:
         raise SystemExit(f"{folder}: the checkpoint is not a finished fit of {settings['steps']} steps")
     return estimator
@@ -154,10 +140,8 @@ def main() -> None:
     run = json.loads((args.out_dir / "np_convergence.json").read_text())
     settings = run["settings"]
     ((lo, hi),) = nc.parse_ranges(args.range)
-    seeds = sorted(
-        {c["seed"] for c in run["cells"] if c["model"] == MODELS[0] and c["range"] == [lo, hi]}
-        & {c["seed"] for c in run["cells"] if c["model"] == MODELS[1] and c["range"] == [lo, hi]}
-    )
+    pairs = (set(nc.seed_scores(run["cells"], model, lo, hi)) for model in MODELS)
+    seeds = sorted(set.intersection(*pairs))
     if not seeds:
         raise SystemExit(f"{args.out_dir}: no seed has both {MODELS} at [{lo},{hi}]")
     checkpoints = args.out_dir / "tmp" / "np_convergence" / "checkpoints"
