@@ -155,6 +155,14 @@ def cell_fit(
         "eval_every": args.eval_every,
         "checkpoint_dir": checkpoints,
     }
+    if args.schedule == "adaptive":  # flat until a validation plateau, then anneal; --steps a ceiling
+        fit_args.update(
+            lr_schedule="adaptive",
+            patience=args.patience,
+            anneal_fraction=args.anneal_fraction,
+            smoothing=args.smoothing,
+            min_steps=args.min_steps,
+        )
     return build(model, args, seed), fit_args
 
 
@@ -181,6 +189,8 @@ def worker(args: argparse.Namespace) -> None:
         "wall_seconds_this_process": time.perf_counter() - wall_start,
         "curve": {"steps": history.eval_steps, "val_ll": [-v for v in history.val_loss]},
         "best_step": history.best_step,
+        "stop_reason": history.stop_reason,
+        "anneal_start": history.anneal_start,
         "loss_history": {"steps": history.steps, "loss": history.loss},
     }
     scores: dict[str, Any] = {}
@@ -319,8 +329,9 @@ def write_report(results: dict[str, Any], out: Path) -> None:
             if all(trained_on(c) == results.get("device", "cpu") for c in cells)
             else " except the runs the convergence table names (trained on another device, or begun on one)"
         ),
-        f"- Training: {settings['steps']} steps of 16 RBF tasks (x ~ U(-2,2), lengthscale ~ U(0.1,0.6),"
-        f" scale ~ U(0.1,1), noise 0.02; m ~ U[range], n ~ U[4,64]), Adam, lr {settings['lr']:g} cosine to 0,"
+        f"- Training: {'at most ' if adaptive(settings) else ''}{settings['steps']} steps of 16 RBF tasks (x ~ U(-2,2), lengthscale ~ U(0.1,0.6),"
+        f" scale ~ U(0.1,1), noise 0.02; m ~ U[range], n ~ U[4,64]), Adam, lr {settings['lr']:g}"
+        f" {schedule_text(settings)},"
         f" width {settings['d_model']}, {settings['n_heads']} heads; each seed its own task stream and"
         f" initialisation; the weights with the best validation score ({settings['validation_batches']}"
         f" batches x 16 tasks, every {settings['eval_every']} steps) are kept.",
@@ -351,9 +362,9 @@ def write_report(results: dict[str, Any], out: Path) -> None:
     lines += gap_table(cells, ranges)
     probed = [m for m in settings["models"] if m in models or probe_of(results["probes"], m, *ranges[-1])]
     lines += cost_table(cells, results["probes"], ranges, probed)
-    lines += convergence_table(cells, models, ranges)
+    lines += (plateau_table if adaptive(settings) else convergence_table)(cells, models, ranges)
     if results.get("compare_with"):
-        lines += budget_table(cells, models, ranges, results["compare_with"], settings["steps"])
+        lines += budget_table(cells, models, ranges, results["compare_with"], settings)
     pending = len(plan_from_settings(settings)) - len(results["cells"])
     if pending > 0:
         lines += ["", f"**{pending} cells of the plan have not run yet** (`--resume` runs them).", ""]
@@ -556,6 +567,63 @@ def trained_on(cell: dict[str, Any]) -> str:
     return " then ".join(d for k, d in enumerate(devices) if k == 0 or d != devices[k - 1])
 
 
+# the adaptive schedule's settings, named alike in the arguments and in NPTrainConfig
+ADAPTIVE_SETTINGS = ("patience", "anneal_fraction", "smoothing", "min_steps")
+
+
+def adaptive(settings: dict[str, Any]) -> bool:
+    return settings.get("schedule", "cosine") == "adaptive"  # runs from before the option: cosine
+
+
+def schedule_text(settings: dict[str, Any]) -> str:
+    """The learning-rate schedule of a run's settings, in words."""
+    if not adaptive(settings):
+        return "cosine to 0"
+    return (
+        f"flat until the validation score (smoothed: EMA weight {settings['smoothing']:g} on the past) has"
+        f" not improved by 0.1% for {settings['patience']} evaluations (none declared before step"
+        f" {settings['min_steps']}), then cosine to 0 over {settings['anneal_fraction']:g} x the steps"
+        f" run (a plateau stop); at {settings['steps']} steps at most (the anneal starts in time to end"
+        " there: a ceiling stop, not converged)"
+    )
+
+
+def budget_label(settings: dict[str, Any]) -> str:
+    """A run's training budget in a column head: "20000 steps" or "plateau (<= 100000)"."""
+    return f"plateau (<= {settings['steps']})" if adaptive(settings) else f"{settings['steps']} steps"
+
+
+def plateau_table(cells, models, ranges) -> list[str]:  # noqa: ANN001
+    """The adaptive schedule's convergence: why each run stopped (a plateau at the flat learning
+    rate, or the step ceiling), when the anneal began, the best validation score before it and at the
+    end."""
+    lines = [
+        "## Convergence",
+        "",
+        "Each run trained at a flat learning rate until its validation log-likelihood (RBF) stopped"
+        " improving, then annealed. Stop \"plateau\": the flat phase converged (the anneal then settles"
+        " the weights); \"max_steps\": the ceiling came first, so the run may be short of convergence."
+        " Flat best: the best validation score before the anneal; anneal gain: what the anneal added.",
+        "",
+        "| model | range | seed | stop | anneal from step | flat best | val ll at end | anneal gain"
+        " | best step / steps | trained on |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for model in models:
+        for lo, hi in ranges:
+            for c in (c for c in cells if c["model"] == model and c["range"] == [lo, hi]):
+                steps, ll, start = c["curve"]["steps"], c["curve"]["val_ll"], c.get("anneal_start")
+                if not steps or start is None:
+                    continue
+                flat = max((v for s, v in zip(steps, ll, strict=True) if s < start), default=float("nan"))
+                lines.append(
+                    f"| {model} | [{lo},{hi}] | {c['seed']} | {c['stop_reason'].split(',')[0]} | {start} |"
+                    f" {flat:.3f} | {ll[-1]:.3f} | {ll[-1] - flat:+.3f} | {c['best_step']} / {c['steps']}"
+                    f" | {trained_on(c)} |"
+                )
+    return lines + [""]
+
+
 def convergence_table(cells, models, ranges) -> list[str]:  # noqa: ANN001
     lines = [
         "## Convergence",
@@ -582,22 +650,23 @@ def convergence_table(cells, models, ranges) -> list[str]:  # noqa: ANN001
     return lines + [""]
 
 
-def budget_table(cells, models, ranges, other: str, steps: int) -> list[str]:  # noqa: ANN001
+def budget_table(cells, models, ranges, other: str, settings: dict[str, Any]) -> list[str]:  # noqa: ANN001
     """This run's RBF log-likelihood beside another run's of the same models, ranges and seeds
     (e.g. a shorter schedule): what the longer training bought, per seed and on average."""
     path = Path(other) if Path(other).is_absolute() else HERE.parent / other
     theirs = json.loads(path.read_text())
     other_cells = [c for c in theirs["cells"] if not c.get("failed")]
+    before, now = budget_label(theirs["settings"]), budget_label(settings)
     lines = [
-        f"## Against the {theirs['settings']['steps']}-step runs of `{other}`",
+        f"## Against the runs of `{other}` ({before})",
         "",
         "RBF target log-likelihood of the same model, range and seed (same initialisation and task"
-        f" stream) after {theirs['settings']['steps']} and after {steps} steps of the same schedule"
-        " shape (cosine to 0): the gain is what the longer training bought. Mean ± sd over the seeds"
-        " both ran. The CIPNP - CANP rows: the acceptance's paired difference at each budget, over the"
-        " seeds all four runs share, and how the longer training changed it.",
+        f" stream) after {before}, {schedule_text(theirs['settings'])}, and after {now},"
+        f" {schedule_text(settings)}: the gain is what the other training bought. Mean ± sd over the"
+        " seeds both ran. The CIPNP - CANP rows: the acceptance's paired difference at each budget,"
+        " over the seeds all four runs share, and how the other training changed it.",
         "",
-        f"| model | range | seeds | {theirs['settings']['steps']} steps | {steps} steps | gain |",
+        f"| model | range | seeds | {before} | {now} | gain |",
         "|---|---|---|---|---|---|",
     ]
     for model in models:
@@ -734,11 +803,14 @@ def cell_is_current(cell: dict[str, Any], args: argparse.Namespace) -> bool:
             and (cell.get("model") != "CANP-dense" or cell.get("attention_kernel") == "math")
         )
     train, config = cell["train_config"], cell["config"]
+    adaptive_same = all(train.get(k) == getattr(args, k) for k in ADAPTIVE_SETTINGS)
     return (
         train["max_steps"] == args.steps
         and math.isclose(train["learning_rate"], args.lr)
         and train["eval_every"] == args.eval_every
         and [config["d_model"], config["n_heads"]] == [args.d_model, args.n_heads]
+        and train.get("lr_schedule", "cosine") == args.schedule  # cells from before the option: cosine
+        and (args.schedule != "adaptive" or adaptive_same)
     )
 
 
@@ -930,7 +1002,17 @@ def main() -> None:
     parser.add_argument(
         "--first", default=",".join(PRIORITY), help="models (of --models) run on every seed before the others"
     )
-    parser.add_argument("--steps", type=int, default=4000)
+    parser.add_argument("--steps", type=int, default=4000, help="steps (with --schedule adaptive: a ceiling)")
+    parser.add_argument(
+        "--schedule",
+        choices=("cosine", "adaptive"),
+        default="cosine",
+        help="cosine to 0 over --steps, or flat until a validation plateau and then an anneal",
+    )
+    parser.add_argument("--patience", type=int, default=20, help="adaptive: evaluations without improvement")
+    parser.add_argument("--anneal-fraction", type=float, default=0.5, help="adaptive: anneal / steps run")
+    parser.add_argument("--smoothing", type=float, default=0.5, help="adaptive: EMA weight in the plateau rule")
+    parser.add_argument("--min-steps", type=int, default=0, help="adaptive: no plateau before this step")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--d-model", type=int, default=64)
     parser.add_argument("--n-heads", type=int, default=4)
@@ -1006,6 +1088,9 @@ def main() -> None:
     sys.argv_worker = [  # type: ignore[attr-defined]
         "--steps", str(args.steps), "--lr", str(args.lr), "--d-model", str(args.d_model),
         "--n-heads", str(args.n_heads), "--eval-every", str(args.eval_every),
+        "--schedule", args.schedule, "--patience", str(args.patience),
+        "--anneal-fraction", str(args.anneal_fraction), "--smoothing", str(args.smoothing),
+        "--min-steps", str(args.min_steps),
         "--validation-batches", str(args.validation_batches), "--eval-batches", str(args.eval_batches),
         "--probe-steps", str(args.probe_steps), "--threads", str(args.threads), "--device", args.device,
         "--out-dir", str(args.out_dir),

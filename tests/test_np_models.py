@@ -179,6 +179,38 @@ def test_validation_keeps_the_best_weights_and_patience_stops() -> None:
         CIPNP(**TINY).fit(sampler, max_steps=2, validation=[])
 
 
+def test_the_adaptive_schedule_anneals_after_a_plateau_and_stops_before_the_ceiling() -> None:
+    sampler = GPTaskSampler(min_ctx=8, max_ctx=9, random_state=0)
+    validation = GPTaskSampler(min_ctx=8, max_ctx=9, random_state=5).eval_set(2, 4)
+    model = CIPNP(random_state=0, **TINY)
+    options = dict(validation=validation, eval_every=5, patience=2, learning_rate=1e-2)
+    # a learning rate this high on so small a model stalls within a few evaluations
+    model.fit(sampler, max_steps=4000, lr_schedule="adaptive", min_steps=20, **options)
+    h = model.history_
+    assert h.stop_reason == "plateau, annealed" and 20 < h.n_steps < 4000
+    assert h.anneal_start is not None and h.anneal_start >= 20
+    # the anneal lasts anneal_fraction (0.5) x the steps run before it, to the last step
+    assert h.n_steps - (h.anneal_start - 1) == round(0.5 * (h.anneal_start - 1))
+    assert -model.evaluate(validation) == pytest.approx(min(h.val_loss), rel=1e-5)
+    # under a ceiling the anneal starts in time to end at it
+    capped = CIPNP(random_state=0, **TINY).fit(
+        sampler, max_steps=30, lr_schedule="adaptive", **{**options, "patience": 1000}
+    )
+    assert capped.history_.stop_reason == "max_steps, annealed" and capped.history_.n_steps == 30
+    with pytest.raises(ConfigError, match="anneal_fraction must be > 0"):
+        CIPNP(**TINY).fit(sampler, max_steps=2, lr_schedule="adaptive", anneal_fraction=0)
+
+
+def test_adaptive_only_settings_leave_other_schedules_checkpoints_alone(tmp_path) -> None:
+    from semiparam.training.np_loop import NPTrainConfig
+
+    cosine = NPTrainConfig()
+    assert set(cosine.to_dict()) - set(cosine.fingerprint_dict()) == set(NPTrainConfig.ADAPTIVE_ONLY)
+    assert cosine.fingerprint_dict() == cosine.replace(anneal_fraction=0.9).fingerprint_dict()
+    adaptive = cosine.replace(lr_schedule="adaptive")
+    assert adaptive.fingerprint_dict() != adaptive.replace(anneal_fraction=0.9).fingerprint_dict()
+
+
 @pytest.mark.parametrize("cls", [CIPNP, IPNP])
 def test_a_killed_fit_resumes_from_its_checkpoint_to_the_uninterrupted_weights(cls, tmp_path) -> None:
     class SlowSampler(GPTaskSampler):

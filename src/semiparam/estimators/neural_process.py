@@ -228,7 +228,7 @@ class NeuralProcessEstimator:
                 fingerprint(
                     type(self).__name__,
                     model_config.to_dict(),
-                    config.to_dict(),
+                    config.fingerprint_dict(),
                     seed,
                     getattr(sampler, "settings", lambda: repr(sampler))(),
                     _batches_digest(validation or []),

@@ -34,12 +34,23 @@ class NPTrainConfig(FrozenConfig):
     validation loss (negative target log-likelihood per point) is computed every ``eval_every``
     steps, the best weights are kept and restored at the end, and after ``patience`` evaluations
     without improvement training stops (None: run every step, as the paper does).
+
+    ``lr_schedule="adaptive"`` trains until the validation score stops improving instead of for a
+    fixed number of steps: the learning rate stays flat until ``patience`` evaluations pass without
+    the validation loss (smoothed by an exponential moving average, weight ``smoothing`` on the past)
+    improving by 0.1%, then a cosine anneal to 0 over ``anneal_fraction`` x the steps run so far
+    ends the fit; ``max_steps`` is only a ceiling (the anneal starts in time to end there), and no
+    plateau is declared before ``min_steps``. The engine's adaptive schedule, the table models'
+    default. NOTE[DIFF]: the paper trains a fixed 100,000 steps of cosine annealing; a fixed
+    schedule's best weights are its last by construction, so it cannot tell a converged run from
+    one cut short, while a plateau at a flat learning rate can.
     """
 
     max_steps: int = 1000  # paper: 100_000
     batch_size: int = 16  # tasks per step
     learning_rate: float = 5e-4
-    lr_schedule: Literal["cosine", "constant"] = "cosine"  # cosine = anneal to 0 over max_steps
+    # cosine = anneal to 0 over max_steps; adaptive = flat until a validation plateau, then anneal
+    lr_schedule: Literal["cosine", "constant", "adaptive"] = "cosine"
     objective: Literal["elbo", "iwae"] = "elbo"  # latent models only
     n_z_samples: int = 1  # latent samples per task and step (latent models only)
     clip_norm: float | None = None  # gradient-norm clipping; None = off (paper: off)
@@ -48,6 +59,13 @@ class NPTrainConfig(FrozenConfig):
     patience: int | None = None  # evaluations without improvement before stopping; None = never
     time_budget: float | None = None  # seconds of training; None = no limit
     checkpoint_every: int = 500  # steps between training checkpoints (with a checkpoint directory)
+    anneal_fraction: float = 0.5  # adaptive: anneal length / steps run before it
+    smoothing: float = 0.0  # adaptive: EMA weight of past validation losses in the plateau rule
+    min_steps: int = 0  # adaptive: no plateau before this step
+
+    # fields that act only under the adaptive schedule: under the others they leave a fit's
+    # checkpoint fingerprint alone, so fits checkpointed before they existed still resume
+    ADAPTIVE_ONLY = ("anneal_fraction", "smoothing", "min_steps")
 
     def validate(self) -> None:
         for name in ("max_steps", "batch_size", "n_z_samples", "log_every", "eval_every", "checkpoint_every"):
@@ -63,15 +81,36 @@ class NPTrainConfig(FrozenConfig):
             raise ConfigError(
                 f"NPTrainConfig.time_budget must be > 0 seconds or None, got {self.time_budget}"
             )
+        if not self.anneal_fraction > 0:
+            raise ConfigError(f"NPTrainConfig.anneal_fraction must be > 0, got {self.anneal_fraction}")
+        if not 0.0 <= self.smoothing < 1.0:
+            raise ConfigError(f"NPTrainConfig.smoothing must be in [0, 1), got {self.smoothing}")
+        if self.min_steps < 0:
+            raise ConfigError(f"NPTrainConfig.min_steps must be >= 0, got {self.min_steps}")
+
+    def fingerprint_dict(self) -> dict[str, Any]:
+        """The settings that decide a fit, for its checkpoint's fingerprint: :meth:`to_dict` less
+        the adaptive schedule's own fields under another schedule."""
+        values = self.to_dict()
+        if self.lr_schedule != "adaptive":
+            for name in self.ADAPTIVE_ONLY:
+                del values[name]
+        return values
 
     def engine_config(self) -> TrainConfig:
-        """The engine's settings: cosine to exactly 0 over ``max_steps`` (no flat part) or constant,
-        gradient-norm clipping or none."""
+        """The engine's settings: cosine to exactly 0 over ``max_steps`` (no flat part), constant, or
+        the engine's adaptive schedule (no warm-up); gradient-norm clipping or none."""
+        schedule = {"cosine": "flat_cosine", "constant": "constant", "adaptive": "adaptive"}
         return TrainConfig(
             max_steps=self.max_steps,
             learning_rate=self.learning_rate,
-            lr_schedule="flat_cosine" if self.lr_schedule == "cosine" else "constant",
+            lr_schedule=schedule[self.lr_schedule],  # type: ignore[arg-type]
             flat_fraction=0.0,
+            warmup_fraction=0.0,
+            anneal_fraction=self.anneal_fraction,
+            min_anneal_steps=1,
+            min_steps=self.min_steps,
+            smoothing=self.smoothing,
             clip_mode="norm" if self.clip_norm is not None else "none",
             clip_value=self.clip_norm if self.clip_norm is not None else 1.0,
             eval_every=self.eval_every,
@@ -99,6 +138,7 @@ class NPTrainHistory:
     eval_steps: list[int] = field(default_factory=list)  # 1-based steps of the validation scores
     val_loss: list[float] = field(default_factory=list)
     best_step: int | None = None  # 1-based step of the weights kept (validation only)
+    anneal_start: int | None = None  # adaptive schedule: 1-based first step of the final anneal
     stop_reason: str = ""
     eval_seconds: float = 0.0
 
@@ -118,6 +158,7 @@ class NPTrainHistory:
             eval_steps=[s + 1 for s in history.eval_steps],
             val_loss=list(history.val_loss),
             best_step=None if history.best_step is None else history.best_step + 1,
+            anneal_start=None if history.anneal_start is None else history.anneal_start + 1,
             stop_reason=history.stop_reason,
             eval_seconds=history.eval_seconds,
         )
@@ -231,7 +272,7 @@ def train_neural_process(
 
     cbs: list[Callback] = list(callbacks)
     if evaluate is not None:
-        cbs.append(BestCheckpoint(config.patience))
+        cbs.append(BestCheckpoint(config.patience, smoothing=config.smoothing))
     cbs.append(_StepCallback(callback))  # always there: a resumed fit has the same callbacks
     cbs.append(ProgressBar(description="neural process"))
     trainer = NPTrainer(module, config, generator=generator, callbacks=cbs)
