@@ -329,7 +329,8 @@ def write_report(results: dict[str, Any], out: Path) -> None:
             if all(trained_on(c) == results.get("device", "cpu") for c in cells)
             else " except the runs the convergence table names (trained on another device, or begun on one)"
         ),
-        f"- Training: {'at most ' if adaptive(settings) else ''}{settings['steps']} steps of 16 RBF tasks (x ~ U(-2,2), lengthscale ~ U(0.1,0.6),"
+        f"- Training: {'at most ' if adaptive(settings) else ''}{settings['steps']} steps of 16 RBF tasks"
+        " (x ~ U(-2,2), lengthscale ~ U(0.1,0.6),"
         f" scale ~ U(0.1,1), noise 0.02; m ~ U[range], n ~ U[4,64]), Adam, lr {settings['lr']:g}"
         f" {schedule_text(settings)},"
         f" width {settings['d_model']}, {settings['n_heads']} heads; each seed its own task stream and"
@@ -601,8 +602,8 @@ def plateau_table(cells, models, ranges) -> list[str]:  # noqa: ANN001
         "## Convergence",
         "",
         "Each run trained at a flat learning rate until its validation log-likelihood (RBF) stopped"
-        " improving, then annealed. Stop \"plateau\": the flat phase converged (the anneal then settles"
-        " the weights); \"max_steps\": the ceiling came first, so the run may be short of convergence."
+        ' improving, then annealed. Stop "plateau": the flat phase converged (the anneal then settles'
+        ' the weights); "max_steps": the ceiling came first, so the run may be short of convergence.'
         " Flat best: the best validation score before the anneal; anneal gain: what the anneal added.",
         "",
         "| model | range | seed | stop | anneal from step | flat best | val ll at end | anneal gain"
@@ -1011,7 +1012,7 @@ def main() -> None:
     )
     parser.add_argument("--patience", type=int, default=20, help="adaptive: evaluations without improvement")
     parser.add_argument("--anneal-fraction", type=float, default=0.5, help="adaptive: anneal / steps run")
-    parser.add_argument("--smoothing", type=float, default=0.5, help="adaptive: EMA weight in the plateau rule")
+    parser.add_argument("--smoothing", type=float, default=0.8, help="adaptive: EMA weight, plateau rule")
     parser.add_argument("--min-steps", type=int, default=0, help="adaptive: no plateau before this step")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--d-model", type=int, default=64)
