@@ -21,8 +21,13 @@ import np_convergence as nc  # noqa: E402
 
 
 def _head() -> str | None:
+    """A commit holding this checkout's sources as they are now: HEAD, or, with uncommitted changes,
+    a commit of the working tree that ``git stash create`` makes without touching it."""
     done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    return done.stdout.strip() if done.returncode == 0 else None
+    if done.returncode != 0:
+        return None
+    work = subprocess.run(["git", "stash", "create"], cwd=ROOT, capture_output=True, text=True)
+    return (work.returncode == 0 and work.stdout.strip()) or done.stdout.strip()
 
 
 def _cell(model: str, seed: int, commit: str) -> dict:
