@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -162,6 +163,8 @@ def cell_fit(
             anneal_fraction=args.anneal_fraction,
             smoothing=args.smoothing,
             min_steps=args.min_steps,
+            lr_drops=args.lr_drops,
+            drop_factor=args.drop_factor,
         )
     return build(model, args, seed), fit_args
 
@@ -191,6 +194,7 @@ def worker(args: argparse.Namespace) -> None:
         "best_step": history.best_step,
         "stop_reason": history.stop_reason,
         "anneal_start": history.anneal_start,
+        "lr_drops": history.lr_drops,
         "loss_history": {"steps": history.steps, "loss": history.loss},
     }
     scores: dict[str, Any] = {}
@@ -569,7 +573,7 @@ def trained_on(cell: dict[str, Any]) -> str:
 
 
 # the adaptive schedule's settings, named alike in the arguments and in NPTrainConfig
-ADAPTIVE_SETTINGS = ("patience", "anneal_fraction", "smoothing", "min_steps")
+ADAPTIVE_SETTINGS = ("patience", "anneal_fraction", "smoothing", "min_steps", "lr_drops", "drop_factor")
 
 
 def adaptive(settings: dict[str, Any]) -> bool:
@@ -580,12 +584,19 @@ def schedule_text(settings: dict[str, Any]) -> str:
     """The learning-rate schedule of a run's settings, in words."""
     if not adaptive(settings):
         return "cosine to 0"
+    drops = settings.get("lr_drops", 0)  # runs from before the option: none
+    steps_down = (
+        f"; each of the first {drops} such plateaus multiplies the rate by {settings['drop_factor']:g}"
+        " and the plateau rule starts afresh on the lower rate's scores, the next one"
+        if drops
+        else ", then"
+    )
     return (
         f"flat until the validation score (smoothed: EMA weight {settings['smoothing']:g} on the past) has"
         f" not improved by 0.1% for {settings['patience']} evaluations (none declared before step"
-        f" {settings['min_steps']}), then cosine to 0 over {settings['anneal_fraction']:g} x the steps"
-        f" run (a plateau stop); at {settings['steps']} steps at most (the anneal starts in time to end"
-        " there: a ceiling stop, not converged)"
+        f" {settings['min_steps']}){steps_down} starts a cosine to 0 over {settings['anneal_fraction']:g}"
+        f" x the steps run (a plateau stop); at {settings['steps']} steps at most (the anneal starts in"
+        " time to end there: a ceiling stop, not converged)"
     )
 
 
@@ -594,33 +605,45 @@ def budget_label(settings: dict[str, Any]) -> str:
     return f"plateau (<= {settings['steps']})" if adaptive(settings) else f"{settings['steps']} steps"
 
 
+def stage_bests(cell: dict[str, Any]) -> list[float]:
+    """The best validation log-likelihood at each learning rate of an adaptive run, in order: the
+    flat rate, each lower rate (``lr_drops``), then the anneal."""
+    steps, ll = cell["curve"]["steps"], cell["curve"]["val_ll"]
+    bounds = [0, *cell.get("lr_drops", []), cell["anneal_start"], math.inf]
+    return [
+        max((v for s, v in zip(steps, ll, strict=True) if a <= s < b), default=float("nan"))
+        for a, b in itertools.pairwise(bounds)
+    ]
+
+
 def plateau_table(cells, models, ranges) -> list[str]:  # noqa: ANN001
-    """The adaptive schedule's convergence: why each run stopped (a plateau at the flat learning
-    rate, or the step ceiling), when the anneal began, the best validation score before it and at the
-    end."""
+    """The adaptive schedule's convergence: why each run stopped (a plateau, or the step ceiling),
+    the best validation score at each learning rate, and what the last change of rate bought."""
     lines = [
         "## Convergence",
         "",
         "Each run trained at a flat learning rate until its validation log-likelihood (RBF) stopped"
-        ' improving, then annealed. Stop "plateau": the flat phase converged (the anneal then settles'
-        ' the weights); "max_steps": the ceiling came first, so the run may be short of convergence.'
-        " Flat best: the best validation score before the anneal; anneal gain: what the anneal added.",
+        " improving, stepped the rate down at each such plateau while steps down were left, and then"
+        ' annealed. Stop "plateau": it stopped improving at its last rate (the anneal then settles the'
+        ' weights); "max_steps": the ceiling came first, so the run may be short of convergence. Best'
+        " per rate: the best validation score at the flat rate, at each lower rate and in the anneal;"
+        " last gain: what the last change of rate bought (small: converged).",
         "",
-        "| model | range | seed | stop | anneal from step | flat best | val ll at end | anneal gain"
-        " | best step / steps | trained on |",
+        "| model | range | seed | stop | lower rate from step | anneal from step | best per rate"
+        " | last gain | best step / steps | trained on |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for model in models:
         for lo, hi in ranges:
             for c in (c for c in cells if c["model"] == model and c["range"] == [lo, hi]):
-                steps, ll, start = c["curve"]["steps"], c["curve"]["val_ll"], c.get("anneal_start")
-                if not steps or start is None:
+                if not c["curve"]["steps"] or c.get("anneal_start") is None:
                     continue
-                flat = max((v for s, v in zip(steps, ll, strict=True) if s < start), default=float("nan"))
+                bests = stage_bests(c)
+                drops = ", ".join(map(str, c.get("lr_drops", []))) or "–"
                 lines.append(
-                    f"| {model} | [{lo},{hi}] | {c['seed']} | {c['stop_reason'].split(',')[0]} | {start} |"
-                    f" {flat:.3f} | {ll[-1]:.3f} | {ll[-1] - flat:+.3f} | {c['best_step']} / {c['steps']}"
-                    f" | {trained_on(c)} |"
+                    f"| {model} | [{lo},{hi}] | {c['seed']} | {c['stop_reason'].split(',')[0]} | {drops} |"
+                    f" {c['anneal_start']} | {' / '.join(f'{b:.3f}' for b in bests)} |"
+                    f" {bests[-1] - bests[-2]:+.3f} | {c['best_step']} / {c['steps']} | {trained_on(c)} |"
                 )
     return lines + [""]
 
@@ -1014,6 +1037,10 @@ def main() -> None:
     parser.add_argument("--anneal-fraction", type=float, default=0.5, help="adaptive: anneal / steps run")
     parser.add_argument("--smoothing", type=float, default=0.8, help="adaptive: EMA weight, plateau rule")
     parser.add_argument("--min-steps", type=int, default=0, help="adaptive: no plateau before this step")
+    parser.add_argument(
+        "--lr-drops", type=int, default=0, help="adaptive: plateaus that lower the rate first"
+    )
+    parser.add_argument("--drop-factor", type=float, default=0.3, help="adaptive: the rate's factor per drop")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--d-model", type=int, default=64)
     parser.add_argument("--n-heads", type=int, default=4)
@@ -1091,7 +1118,8 @@ def main() -> None:
         "--n-heads", str(args.n_heads), "--eval-every", str(args.eval_every),
         "--schedule", args.schedule, "--patience", str(args.patience),
         "--anneal-fraction", str(args.anneal_fraction), "--smoothing", str(args.smoothing),
-        "--min-steps", str(args.min_steps),
+        "--min-steps", str(args.min_steps), "--lr-drops", str(args.lr_drops),
+        "--drop-factor", str(args.drop_factor),
         "--validation-batches", str(args.validation_batches), "--eval-batches", str(args.eval_batches),
         "--probe-steps", str(args.probe_steps), "--threads", str(args.threads), "--device", args.device,
         "--out-dir", str(args.out_dir),

@@ -199,6 +199,31 @@ def test_the_adaptive_schedule_anneals_after_a_plateau_and_stops_before_the_ceil
     assert capped.history_.stop_reason == "max_steps, annealed" and capped.history_.n_steps == 30
     with pytest.raises(ConfigError, match="anneal_fraction must be > 0"):
         CIPNP(**TINY).fit(sampler, max_steps=2, lr_schedule="adaptive", anneal_fraction=0)
+    with pytest.raises(ConfigError, match="drop_factor must be in"):
+        CIPNP(**TINY).fit(sampler, max_steps=2, lr_schedule="adaptive", drop_factor=1.0)
+
+
+def test_plateaus_step_the_learning_rate_down_before_the_anneal() -> None:
+    from semiparam.training.np_loop import NPTrainConfig, NPTrainer
+
+    sampler = GPTaskSampler(min_ctx=8, max_ctx=9, random_state=0)
+    validation = GPTaskSampler(min_ctx=8, max_ctx=9, random_state=5).eval_set(2, 4)
+    options = dict(validation=validation, eval_every=5, patience=2, learning_rate=1e-2)
+    model = CIPNP(random_state=0, **TINY).fit(
+        sampler, max_steps=4000, lr_schedule="adaptive", lr_drops=2, drop_factor=0.5, **options
+    )
+    h = model.history_
+    # two plateaus lowered the rate, each after at least `patience` evaluations at the rate before
+    # it; the third started the anneal
+    assert len(h.lr_drops) == 2 and h.stop_reason == "plateau, annealed"
+    starts = [1, *h.lr_drops, h.anneal_start]
+    assert all(b - a >= 2 * 5 for a, b in zip(starts, starts[1:], strict=False))
+    # the rate: the flat rate times 0.5 per step down so far, then the anneal from the lowest one
+    trainer = NPTrainer(torch.nn.Linear(1, 1), NPTrainConfig(lr_schedule="adaptive", drop_factor=0.5))
+    trainer.lr_drops = [10, 20]
+    assert [trainer.learning_rate(s) for s in (9, 10, 19, 20)] == pytest.approx(
+        [5e-4, 2.5e-4, 2.5e-4, 1.25e-4]
+    )
 
 
 def test_adaptive_only_settings_leave_other_schedules_checkpoints_alone(tmp_path) -> None:
@@ -209,6 +234,31 @@ def test_adaptive_only_settings_leave_other_schedules_checkpoints_alone(tmp_path
     assert cosine.fingerprint_dict() == cosine.replace(anneal_fraction=0.9).fingerprint_dict()
     adaptive = cosine.replace(lr_schedule="adaptive")
     assert adaptive.fingerprint_dict() != adaptive.replace(anneal_fraction=0.9).fingerprint_dict()
+
+
+def test_a_fit_killed_after_a_step_down_resumes_at_the_lower_rate(tmp_path) -> None:
+    def sampler():
+        return GPTaskSampler(min_ctx=8, max_ctx=9, random_state=0)
+
+    validation = GPTaskSampler(min_ctx=8, max_ctx=9, random_state=5).eval_set(2, 4)
+    options = dict(
+        max_steps=4000, lr_schedule="adaptive", lr_drops=2, validation=validation, eval_every=5,
+        patience=2, learning_rate=1e-2, checkpoint_every=4,
+    )  # fmt: skip
+    whole = CIPNP(random_state=0, **TINY).fit(sampler(), **options)
+    kill_at = whole.history_.lr_drops[0] + 6
+
+    def die(step, loss):
+        if step == kill_at:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        CIPNP(random_state=0, **TINY).fit(sampler(), checkpoint_dir=tmp_path, callback=die, **options)
+    resumed = CIPNP(random_state=0, **TINY).fit(sampler(), checkpoint_dir=tmp_path, **options)
+    assert resumed.history_.lr_drops == whole.history_.lr_drops
+    assert resumed.history_.n_steps == whole.history_.n_steps
+    for name, value in whole.module_.state_dict().items():
+        torch.testing.assert_close(resumed.module_.state_dict()[name], value, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("cls", [CIPNP, IPNP])

@@ -41,9 +41,13 @@ class NPTrainConfig(FrozenConfig):
     improving by 0.1%, then a cosine anneal to 0 over ``anneal_fraction`` x the steps run so far
     ends the fit; ``max_steps`` is only a ceiling (the anneal starts in time to end there), and no
     plateau is declared before ``min_steps``. The engine's adaptive schedule, the table models'
-    default. NOTE[DIFF]: the paper trains a fixed 100,000 steps of cosine annealing; a fixed
-    schedule's best weights are its last by construction, so it cannot tell a converged run from
-    one cut short, while a plateau at a flat learning rate can.
+    default. With ``lr_drops`` > 0 the first ``lr_drops`` plateaus each multiply the learning rate
+    by ``drop_factor`` (a step down; the plateau rule starts afresh) and only the next one starts the
+    anneal: at a flat learning rate the validation score plateaus where the optimiser's noise
+    hides its progress, and a lower rate can still go on improving (a run converged when even the
+    lowest rate stops improving). NOTE[DIFF]: the paper trains a fixed 100,000 steps of cosine
+    annealing; a fixed schedule's best weights are its last by construction, so it cannot tell a
+    converged run from one cut short, while a plateau at the lowest learning rate can.
     """
 
     max_steps: int = 1000  # paper: 100_000
@@ -62,10 +66,12 @@ class NPTrainConfig(FrozenConfig):
     anneal_fraction: float = 0.5  # adaptive: anneal length / steps run before it
     smoothing: float = 0.0  # adaptive: EMA weight of past validation losses in the plateau rule
     min_steps: int = 0  # adaptive: no plateau before this step
+    lr_drops: int = 0  # adaptive: plateaus that step the learning rate down before the anneal
+    drop_factor: float = 0.3  # adaptive: the learning rate's factor at each step down
 
     # fields that act only under the adaptive schedule: under the others they leave a fit's
     # checkpoint fingerprint alone, so fits checkpointed before they existed still resume
-    ADAPTIVE_ONLY = ("anneal_fraction", "smoothing", "min_steps")
+    ADAPTIVE_ONLY = ("anneal_fraction", "smoothing", "min_steps", "lr_drops", "drop_factor")
 
     def validate(self) -> None:
         for name in ("max_steps", "batch_size", "n_z_samples", "log_every", "eval_every", "checkpoint_every"):
@@ -85,8 +91,12 @@ class NPTrainConfig(FrozenConfig):
             raise ConfigError(f"NPTrainConfig.anneal_fraction must be > 0, got {self.anneal_fraction}")
         if not 0.0 <= self.smoothing < 1.0:
             raise ConfigError(f"NPTrainConfig.smoothing must be in [0, 1), got {self.smoothing}")
-        if self.min_steps < 0:
-            raise ConfigError(f"NPTrainConfig.min_steps must be >= 0, got {self.min_steps}")
+        if self.min_steps < 0 or self.lr_drops < 0:
+            raise ConfigError(
+                f"NPTrainConfig.min_steps and lr_drops must be >= 0, got {self.min_steps}, {self.lr_drops}"
+            )
+        if not 0.0 < self.drop_factor < 1.0:
+            raise ConfigError(f"NPTrainConfig.drop_factor must be in (0, 1), got {self.drop_factor}")
 
     def fingerprint_dict(self) -> dict[str, Any]:
         """The settings that decide a fit, for its checkpoint's fingerprint: :meth:`to_dict` less
@@ -139,6 +149,7 @@ class NPTrainHistory:
     val_loss: list[float] = field(default_factory=list)
     best_step: int | None = None  # 1-based step of the weights kept (validation only)
     anneal_start: int | None = None  # adaptive schedule: 1-based first step of the final anneal
+    lr_drops: list[int] = field(default_factory=list)  # adaptive: 1-based first steps at each lower rate
     stop_reason: str = ""
     eval_seconds: float = 0.0
 
@@ -150,7 +161,9 @@ class NPTrainHistory:
         return dict(self.__dict__)
 
     @classmethod
-    def from_engine(cls, history: TrainHistory, log_every: int, sampling_seconds: float) -> NPTrainHistory:
+    def from_engine(
+        cls, history: TrainHistory, log_every: int, sampling_seconds: float, lr_drops: Sequence[int] = ()
+    ) -> NPTrainHistory:
         out = cls(
             n_steps=len(history.train_loss),
             sampling_seconds=sampling_seconds,
@@ -159,6 +172,7 @@ class NPTrainHistory:
             val_loss=list(history.val_loss),
             best_step=None if history.best_step is None else history.best_step + 1,
             anneal_start=None if history.anneal_start is None else history.anneal_start + 1,
+            lr_drops=[s + 1 for s in lr_drops],
             stop_reason=history.stop_reason,
             eval_seconds=history.eval_seconds,
         )
@@ -208,6 +222,33 @@ class NPTrainer(Engine):
             group=ProcessGroup(),
         )
         self.np_config = config
+        self.lr_drops: list[int] = []  # 0-based first steps at each lower learning rate
+
+    def request_stop(self, step: int, reason: str) -> None:
+        """A plateau while steps down are left (``lr_drops``) lowers the learning rate from the next
+        step and starts the plateau rule afresh (its smoothed score, best and patience count are
+        the lower rate's own: a best reached by a lucky spike at the higher rate does not count
+        against it); otherwise as the engine (stop, or start the anneal)."""
+        c = self.np_config
+        stepping_down = c.lr_schedule == "adaptive" and reason == "plateau" and self.anneal_start is None
+        if stepping_down and len(self.lr_drops) < c.lr_drops:
+            self.lr_drops.append(step + 1)
+            for cb in self.callbacks:  # the plateau rule starts afresh: the lower rate's own scores
+                if isinstance(cb, BestCheckpoint):  # (the best weights so far stay kept)
+                    cb.bad_evals, cb.smoothed, cb.best_smoothed = 0, None, None
+            return
+        super().request_stop(step, reason)
+
+    def learning_rate(self, step: int) -> float:
+        drops = sum(1 for first in self.lr_drops if first <= step)
+        return super().learning_rate(step) * self.np_config.drop_factor**drops
+
+    def state_dict(self, step: int, seconds: float, *, finished: bool = False) -> dict[str, Any]:
+        return {**super().state_dict(step, seconds, finished=finished), "lr_drops": list(self.lr_drops)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.lr_drops = list(state.get("lr_drops", []))  # checkpoints from before the option: none
 
     def step_loss(self, batch: tuple[Tensor | None, ...], step: int) -> tuple[Tensor, dict[str, float]]:
         c = self.np_config
@@ -279,4 +320,4 @@ def train_neural_process(
     source = _TimedSource(draw_batch, task_source)
     history = trainer.fit(source, evaluate, checkpoint=checkpoint, resume=resume)
     module.eval()
-    return NPTrainHistory.from_engine(history, config.log_every, source.seconds)
+    return NPTrainHistory.from_engine(history, config.log_every, source.seconds, trainer.lr_drops)
