@@ -11,6 +11,7 @@ progress bar and the non-finite-loss check are the engine's, shared with the tab
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -63,15 +64,15 @@ class NPTrainConfig(FrozenConfig):
     patience: int | None = None  # evaluations without improvement before stopping; None = never
     time_budget: float | None = None  # seconds of training; None = no limit
     checkpoint_every: int = 500  # steps between training checkpoints (with a checkpoint directory)
+    smoothing: float = 0.0  # EMA weight of past validation losses in the plateau rule (patience)
+    min_steps: int = 0  # no plateau declared before this step
     anneal_fraction: float = 0.5  # adaptive: anneal length / steps run before it
-    smoothing: float = 0.0  # adaptive: EMA weight of past validation losses in the plateau rule
-    min_steps: int = 0  # adaptive: no plateau before this step
     lr_drops: int = 0  # adaptive: plateaus that step the learning rate down before the anneal
     drop_factor: float = 0.3  # adaptive: the learning rate's factor at each step down
 
-    # fields that act only under the adaptive schedule: under the others they leave a fit's
-    # checkpoint fingerprint alone, so fits checkpointed before they existed still resume
-    ADAPTIVE_ONLY = ("anneal_fraction", "smoothing", "min_steps", "lr_drops", "drop_factor")
+    # fields added after fits were first checkpointed: they enter a fit's checkpoint fingerprint only
+    # when set away from their defaults, so fits checkpointed before they existed still resume
+    LATER_FIELDS = ("smoothing", "min_steps", "anneal_fraction", "lr_drops", "drop_factor")
 
     def validate(self) -> None:
         for name in ("max_steps", "batch_size", "n_z_samples", "log_every", "eval_every", "checkpoint_every"):
@@ -100,12 +101,9 @@ class NPTrainConfig(FrozenConfig):
 
     def fingerprint_dict(self) -> dict[str, Any]:
         """The settings that decide a fit, for its checkpoint's fingerprint: :meth:`to_dict` less
-        the adaptive schedule's own fields under another schedule."""
-        values = self.to_dict()
-        if self.lr_schedule != "adaptive":
-            for name in self.ADAPTIVE_ONLY:
-                del values[name]
-        return values
+        the ``LATER_FIELDS`` left at their defaults."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        return {k: v for k, v in self.to_dict().items() if k not in self.LATER_FIELDS or v != defaults[k]}
 
     def engine_config(self) -> TrainConfig:
         """The engine's settings: cosine to exactly 0 over ``max_steps`` (no flat part), constant, or
