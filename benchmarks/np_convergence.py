@@ -466,7 +466,8 @@ def verdict(
             spread = max(sd(a) if len(a) > 1 else 0.0, sd(b) if len(b) > 1 else 0.0)
             text = "beats" if diff >= 0 else ("within sd" if diff > -spread else "behind")
             accurate &= text != "behind"
-            row.append(f"{diff:+.3f} ({text}; {min(len(a), len(b))} seeds)")
+            n = min(len(a), len(b))
+            row.append(f"{diff:+.3f} ({text}; {n} seed{'s' if n != 1 else ''})")
         mine = probe_of(probes, form, lo_max, hi_max)
         if mine and base_probe:
             t = mine["seconds_per_step_at_max"] / base_probe["seconds_per_step_at_max"]
