@@ -193,8 +193,9 @@ def worker(args: argparse.Namespace) -> None:
         "curve": {"steps": history.eval_steps, "val_ll": [-v for v in history.val_loss]},
         "best_step": history.best_step,
         "stop_reason": history.stop_reason,
-        "anneal_start": history.anneal_start,
-        "lr_drops": history.lr_drops,
+        # an older src (rekey_verified runs this worker on one) has no adaptive schedule
+        "anneal_start": getattr(history, "anneal_start", None),
+        "lr_drops": getattr(history, "lr_drops", []),
         "loss_history": {"steps": history.steps, "loss": history.loss},
     }
     scores: dict[str, Any] = {}
