@@ -92,6 +92,14 @@ PROBE_ONLY = ("CANP-dense",)
 LATENT = ("IPNP", "ANP")
 # the code these runs depend on: the neural processes and everything they import
 NP_MODULES = ("semiparam.np",)
+# the adaptive schedule's settings, named alike in the arguments and in NPTrainConfig
+ADAPTIVE_SETTINGS = ("patience", "anneal_fraction", "smoothing", "min_steps", "lr_drops", "drop_factor")
+SCHEDULE_ARGS = ("schedule", *ADAPTIVE_SETTINGS)  # passed on to each cell's worker
+
+
+def flag(name: str) -> str:
+    """The command-line flag of an argument: ``"min_steps"`` -> ``"--min-steps"``."""
+    return "--" + name.replace("_", "-")
 
 
 def parse_ranges(text: str) -> list[tuple[int, int]]:
@@ -157,15 +165,7 @@ def cell_fit(
         "checkpoint_dir": checkpoints,
     }
     if args.schedule == "adaptive":  # flat until a validation plateau, then anneal; --steps a ceiling
-        fit_args.update(
-            lr_schedule="adaptive",
-            patience=args.patience,
-            anneal_fraction=args.anneal_fraction,
-            smoothing=args.smoothing,
-            min_steps=args.min_steps,
-            lr_drops=args.lr_drops,
-            drop_factor=args.drop_factor,
-        )
+        fit_args.update(lr_schedule="adaptive", **{k: getattr(args, k) for k in ADAPTIVE_SETTINGS})
     return build(model, args, seed), fit_args
 
 
@@ -574,10 +574,6 @@ def trained_on(cell: dict[str, Any]) -> str:
     return " then ".join(d for k, d in enumerate(devices) if k == 0 or d != devices[k - 1])
 
 
-# the adaptive schedule's settings, named alike in the arguments and in NPTrainConfig
-ADAPTIVE_SETTINGS = ("patience", "anneal_fraction", "smoothing", "min_steps", "lr_drops", "drop_factor")
-
-
 def adaptive(settings: dict[str, Any]) -> bool:
     return settings.get("schedule", "cosine") == "adaptive"  # runs from before the option: cosine
 
@@ -605,6 +601,15 @@ def schedule_text(settings: dict[str, Any]) -> str:
 def budget_label(settings: dict[str, Any]) -> str:
     """A run's training budget in a column head: "20000 steps" or "plateau (<= 100000)"."""
     return f"plateau (<= {settings['steps']})" if adaptive(settings) else f"{settings['steps']} steps"
+
+
+def runs_in_order(cells, models, ranges):  # noqa: ANN001, ANN201
+    """``(model, lo, hi, cell)`` for each run, model by model, range by range, in the cells' order."""
+    for model in models:
+        for lo, hi in ranges:
+            for c in cells:
+                if c["model"] == model and c["range"] == [lo, hi]:
+                    yield model, lo, hi, c
 
 
 def stage_bests(cell: dict[str, Any]) -> list[float]:
@@ -635,18 +640,16 @@ def plateau_table(cells, models, ranges) -> list[str]:  # noqa: ANN001
         " | last gain | best step / steps | trained on |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for model in models:
-        for lo, hi in ranges:
-            for c in (c for c in cells if c["model"] == model and c["range"] == [lo, hi]):
-                if not c["curve"]["steps"] or c.get("anneal_start") is None:
-                    continue
-                bests = stage_bests(c)
-                drops = ", ".join(map(str, c.get("lr_drops", []))) or "–"
-                lines.append(
-                    f"| {model} | [{lo},{hi}] | {c['seed']} | {c['stop_reason'].split(',')[0]} | {drops} |"
-                    f" {c['anneal_start']} | {' / '.join(f'{b:.3f}' for b in bests)} |"
-                    f" {bests[-1] - bests[-2]:+.3f} | {c['best_step']} / {c['steps']} | {trained_on(c)} |"
-                )
+    for model, lo, hi, c in runs_in_order(cells, models, ranges):
+        if not c["curve"]["steps"] or c.get("anneal_start") is None:
+            continue
+        bests = stage_bests(c)
+        drops = ", ".join(map(str, c.get("lr_drops", []))) or "–"
+        lines.append(
+            f"| {model} | [{lo},{hi}] | {c['seed']} | {c['stop_reason'].split(',')[0]} | {drops} |"
+            f" {c['anneal_start']} | {' / '.join(f'{b:.3f}' for b in bests)} |"
+            f" {bests[-1] - bests[-2]:+.3f} | {c['best_step']} / {c['steps']} | {trained_on(c)} |"
+        )
     return lines + [""]
 
 
@@ -662,17 +665,15 @@ def convergence_table(cells, models, ranges) -> list[str]:  # noqa: ANN001
         " | trained on |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for model in models:
-        for lo, hi in ranges:
-            for c in (c for c in cells if c["model"] == model and c["range"] == [lo, hi]):
-                steps, ll = c["curve"]["steps"], c["curve"]["val_ll"]
-                if not steps:
-                    continue
-                half = min(range(len(steps)), key=lambda i: abs(steps[i] - steps[-1] / 2))
-                lines.append(
-                    f"| {model} | [{lo},{hi}] | {c['seed']} | {ll[half]:.3f} | {ll[-1]:.3f} |"
-                    f" {ll[-1] - ll[half]:+.3f} | {c['best_step']} / {c['steps']} | {trained_on(c)} |"
-                )
+    for model, lo, hi, c in runs_in_order(cells, models, ranges):
+        steps, ll = c["curve"]["steps"], c["curve"]["val_ll"]
+        if not steps:
+            continue
+        half = min(range(len(steps)), key=lambda i: abs(steps[i] - steps[-1] / 2))
+        lines.append(
+            f"| {model} | [{lo},{hi}] | {c['seed']} | {ll[half]:.3f} | {ll[-1]:.3f} |"
+            f" {ll[-1] - ll[half]:+.3f} | {c['best_step']} / {c['steps']} | {trained_on(c)} |"
+        )
     return lines + [""]
 
 
@@ -1118,10 +1119,7 @@ def main() -> None:
     sys.argv_worker = [  # type: ignore[attr-defined]
         "--steps", str(args.steps), "--lr", str(args.lr), "--d-model", str(args.d_model),
         "--n-heads", str(args.n_heads), "--eval-every", str(args.eval_every),
-        "--schedule", args.schedule, "--patience", str(args.patience),
-        "--anneal-fraction", str(args.anneal_fraction), "--smoothing", str(args.smoothing),
-        "--min-steps", str(args.min_steps), "--lr-drops", str(args.lr_drops),
-        "--drop-factor", str(args.drop_factor),
+        *itertools.chain.from_iterable((flag(k), str(getattr(args, k))) for k in SCHEDULE_ARGS),
         "--validation-batches", str(args.validation_batches), "--eval-batches", str(args.eval_batches),
         "--probe-steps", str(args.probe_steps), "--threads", str(args.threads), "--device", args.device,
         "--out-dir", str(args.out_dir),
