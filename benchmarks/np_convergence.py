@@ -19,6 +19,8 @@ first, then the other models. Reproduce, alone on the machine::
 
 ``--device cuda --jobs N --probe-rounds 0`` trains N cells at a time on a GPU; a cell's checkpoints
 resume on any device, and each cell records the devices it trained on (the report names them).
+``progress`` with a run's own arguments shows where each of its cells stands (finished, training:
+steps, lower rates, best validation score, evaluations without gain; not begun) without training.
 
 Outputs: ``benchmarks/results/np_convergence.{json,md,png}``; checkpoints and data under
 ``benchmarks/results/tmp/np_convergence/``. Uses the public API (``semiparam.np``) and
@@ -800,6 +802,56 @@ def plan(args: argparse.Namespace) -> list[tuple[str, int, int, int]]:
     return cells
 
 
+def checkpoint_state(directory: Path) -> dict[str, Any] | None:
+    """The training state saved in a cell's checkpoint folder, or None when it has none."""
+    path = directory / "state.pt"
+    if not path.exists():
+        return None
+    return torch.load(path, map_location="cpu", weights_only=True)["state"]
+
+
+def progress_table(args: argparse.Namespace) -> list[str]:
+    """Where each cell of the plan stands, for a run that spans sessions: finished (why it stopped),
+    in training (steps done, the steps of its lower rates and anneal, its best validation score,
+    evaluations since the plateau rule last saw a gain, out of ``--patience``) or not begun. It reads
+    the cell files and checkpoints; nothing trains. A checkpoint of other settings is listed as it
+    stands, although the run would set it aside and start the cell again."""
+    lines = [
+        "| model | range | seed | state | steps | lower rate from step | anneal from step"
+        " | best val ll (step) | evals without gain |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for model, lo, hi, seed in plan(args):
+        name = cell_name(model, lo, hi, seed)
+        head = f"| {model} | [{lo},{hi}] | {seed} |"
+        result = TMP / f"worker_{name}.json"
+        if result.exists() and cell_is_current(cell := json.loads(result.read_text()), args):
+            best = max(cell["curve"]["val_ll"], default=float("nan"))
+            drops = ", ".join(map(str, cell.get("lr_drops", []))) or "–"
+            lines.append(
+                f"{head} finished ({cell.get('stop_reason') or 'max_steps'}) | {cell['steps']} | {drops} |"
+                f" {cell.get('anneal_start') or '–'} | {best:.3f} ({cell['best_step']}) | – |"
+            )
+            continue
+        state = checkpoint_state(TMP / "checkpoints" / name)
+        if state is None:
+            lines.append(f"{head} not begun | 0 | – | – | – | – |")
+            continue
+        history = state["history"]  # 0-based steps in the checkpoint; the report's are 1-based
+        drops = ", ".join(str(s + 1) for s in state.get("lr_drops", [])) or "–"
+        anneal = "–" if state.get("anneal_start") is None else state["anneal_start"] + 1
+        stopper = next((c for c in state.get("callbacks", []) if c and "bad_evals" in c), {})
+        waiting = f"{stopper['bad_evals']} of {args.patience}" if "bad_evals" in stopper else "–"
+        best = (
+            f"{-history['best_val_loss']:.3f} ({history['best_step'] + 1})"
+            if history.get("best_step") is not None
+            else "–"
+        )
+        done = "trained, not collected" if state.get("finished") else "training"
+        lines.append(f"{head} {done} | {state['step'] + 1} | {drops} | {anneal} | {best} | {waiting} |")
+    return lines
+
+
 def restore_cells(out: Path) -> None:
     """The cell files of the committed results, where this checkout has none (the cell folder is not
     in git): a run resumed on a fresh checkout keeps the cells already finished. Only the cells
@@ -1019,7 +1071,8 @@ def oracle(ranges: list[tuple[int, int]], n: int) -> dict[str, dict[str, list[fl
 def main() -> None:
     global RESULTS, TMP
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("kind", nargs="?", default="driver", choices=("driver", "worker", "probe", "report"))
+    kinds = ("driver", "worker", "probe", "report", "progress")
+    parser.add_argument("kind", nargs="?", default="driver", choices=kinds)
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--ranges", default="64:128,128:256")
     parser.add_argument("--seeds", default="0,1,2")
@@ -1137,6 +1190,9 @@ def main() -> None:
         "np_code_hash": args.np_code_hash,
         "compare_with": args.compare_with,
     }
+    if args.kind == "progress":  # the invocation's own plan and settings, as the driver would run them
+        print("\n".join(progress_table(args)))
+        return
     if args.kind == "report" and previous.exists():  # the run's command, commit and machine, not ours
         old = json.loads(previous.read_text())
         meta.update({k: old[k] for k in ("git_commit", "command", "machine")})

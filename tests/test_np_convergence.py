@@ -108,3 +108,50 @@ def test_the_task_gap_report_bins_by_lengthscale_and_ranks_the_worst_tasks(tmp_p
     assert "| 0.40-0.45 | 2 | +0.000 | +0.000 | 0 | 0 |" in text
     assert "The 8 worst tasks below make 100% of the summed difference." in text
     assert text.splitlines()[-8].startswith("| 0 | 0.100 | 0.50 | 70 | -5.00 | -1.00 |")  # worst first
+
+
+def test_progress_shows_finished_training_and_unbegun_cells_of_the_plan(tmp_path, monkeypatch):
+    from semiparam.np import CIPNP, GPTaskSampler
+
+    monkeypatch.setattr(nc, "TMP", tmp_path)
+    settings = {"patience": 2, "anneal_fraction": 0.1, "smoothing": 0.0, "min_steps": 0}
+    settings |= {"lr_drops": 2, "drop_factor": 0.3}
+    args = argparse.Namespace(
+        models=["CIPNP", "CANP"], ranges="64:128,256:512", seeds=[0], screened=[], first=["CIPNP", "CANP"],
+        np_code_hash="here", steps=4000, lr=1e-2, eval_every=5, d_model=16, n_heads=2,
+        schedule="adaptive", **settings,
+    )  # fmt: skip
+    # CIPNP [64,128]: a real fit killed after its first step down leaves its checkpoint
+    options = dict(max_steps=4000, lr_schedule="adaptive", validation=None, eval_every=5, learning_rate=1e-2)
+    options |= settings | {"checkpoint_every": 4}
+
+    def fit(**extra):
+        sampler = GPTaskSampler(min_ctx=8, max_ctx=9, random_state=0)
+        options["validation"] = GPTaskSampler(min_ctx=8, max_ctx=9, random_state=5).eval_set(2, 4)
+        return CIPNP(random_state=0, d_model=16, n_heads=2).fit(sampler, **options, **extra)
+
+    first_drop = fit().history_.lr_drops[0]
+
+    def die(step, loss):
+        if step == first_drop + 6:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        fit(checkpoint_dir=tmp_path / "checkpoints" / "CIPNP_64_128_s0", callback=die)
+    # CANP [64,128]: a finished cell of these settings; CANP [256,512]: one of other code (stale)
+    train = {"max_steps": 4000, "learning_rate": 1e-2, "eval_every": 5, "lr_schedule": "adaptive", **settings}
+    cell = {
+        "np_code_hash": "here", "train_config": train, "config": {"d_model": 16, "n_heads": 2},
+        "curve": {"steps": [5, 10], "val_ll": [0.5, 0.75]}, "steps": 12, "best_step": 10,
+        "lr_drops": [6], "anneal_start": 11, "stop_reason": "plateau, annealed",
+    }  # fmt: skip
+    (tmp_path / "worker_CANP_64_128_s0.json").write_text(json.dumps(cell))
+    (tmp_path / "worker_CANP_256_512_s0.json").write_text(json.dumps(cell | {"np_code_hash": "old"}))
+
+    rows = {tuple(r.split(" | ")[:3]): r.split(" | ")[3:] for r in nc.progress_table(args)[2:]}
+    training = rows[("| CIPNP", "[64,128]", "0")]
+    assert training[0] == "training" and training[2] == str(first_drop) and training[3] == "–"
+    assert first_drop < int(training[1]) <= first_drop + 6 and training[5].endswith("of 2 |")
+    finished = ["finished (plateau, annealed)", "12", "6", "11", "0.750 (10)"]
+    assert rows[("| CANP", "[64,128]", "0")][:5] == finished
+    assert rows[("| CIPNP", "[256,512]", "0")][0] == rows[("| CANP", "[256,512]", "0")][0] == "not begun"
