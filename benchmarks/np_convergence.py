@@ -58,6 +58,7 @@ from semiparam.np import (
     GPTaskSampler,
     gp_log_likelihood,
 )
+from semiparam.training.checkpoint import STATE_FILE
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"  # --out-dir changes both (a trial run elsewhere)
@@ -803,8 +804,9 @@ def plan(args: argparse.Namespace) -> list[tuple[str, int, int, int]]:
 
 
 def checkpoint_state(directory: Path) -> dict[str, Any] | None:
-    """The training state saved in a cell's checkpoint folder, or None when it has none."""
-    path = directory / "state.pt"
+    """The training state saved in a cell's checkpoint folder, or None when it has none. Read without
+    :meth:`TrainingCheckpoint.read`'s fingerprint check: ``progress`` does not rebuild each fit."""
+    path = directory / STATE_FILE
     if not path.exists():
         return None
     return torch.load(path, map_location="cpu", weights_only=True)["state"]
