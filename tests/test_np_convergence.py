@@ -155,3 +155,11 @@ def test_progress_shows_finished_training_and_unbegun_cells_of_the_plan(tmp_path
     finished = ["finished (plateau, annealed)", "12", "6", "11", "0.750 (10)"]
     assert rows[("| CANP", "[64,128]", "0")][:5] == finished
     assert rows[("| CIPNP", "[256,512]", "0")][0] == rows[("| CANP", "[256,512]", "0")][0] == "not begun"
+
+
+def test_progress_reads_the_checkpoint_file_the_library_writes():
+    """The benchmark names the checkpoint's state file itself (it imports only the public API); it must
+    be the file :class:`TrainingCheckpoint` writes, or ``progress`` would show every cell as not begun."""
+    from semiparam.training.checkpoint import STATE_FILE
+
+    assert nc.STATE_FILE == STATE_FILE
