@@ -21,6 +21,10 @@ first, then the other models. Reproduce, alone on the machine::
 resume on any device, and each cell records the devices it trained on (the report names them).
 ``progress`` with a run's own arguments shows where each of its cells stands (finished, training:
 steps, lower rates, best validation score, evaluations without gain; not begun) without training.
+A run longer than a session: ``keep`` with the run's arguments copies the checkpoints of its
+unfinished cells beside the report (``<out-dir>/checkpoints/``, committed; the cell folder under
+``tmp/`` is not), and the next driver run on a fresh checkout resumes them from there, with the
+finished cells taken back from the committed report.
 
 Outputs: ``benchmarks/results/np_convergence.{json,md,png}``; checkpoints and data under
 ``benchmarks/results/tmp/np_convergence/``. Uses the public API (``semiparam.np``) and
@@ -838,7 +842,8 @@ def progress_table(args: argparse.Namespace) -> list[str]:
                 f" {cell.get('anneal_start') or '–'} | {best:.3f} ({cell['best_step']}) | – |"
             )
             continue
-        state = checkpoint_state(TMP / "checkpoints" / name)
+        # this checkout's checkpoint, or the one the last session kept if it is further on
+        state = checkpoint_state(max(TMP / "checkpoints" / name, kept_checkpoints() / name, key=saved_step))
         if state is None:
             lines.append(f"{head} not begun | 0 | – | – | – | – |")
             continue
@@ -857,12 +862,69 @@ def progress_table(args: argparse.Namespace) -> list[str]:
     return lines
 
 
+def kept_checkpoints() -> Path:
+    """Where ``keep`` puts the checkpoints of unfinished cells: beside the report, in git (the cell
+    folder under ``tmp/`` is not), so a run spanning sessions survives a fresh checkout."""
+    return RESULTS / "checkpoints"
+
+
+def saved_step(directory: Path) -> int:
+    """The last step (0-based) of the checkpoint in ``directory``; -1 when it has none."""
+    state = checkpoint_state(directory)
+    return -1 if state is None else int(state["step"])
+
+
+def keep(args: argparse.Namespace) -> list[str]:
+    """Copy the checkpoint folder of every unfinished cell of the plan into :func:`kept_checkpoints`
+    (to be committed when a session stops mid-run) and drop the kept copies of cells since finished
+    (their result is in the report). A kept copy is replaced only by a later step. Returns one line
+    per cell it touched."""
+    lines = []
+    for model, lo, hi, seed in plan(args):
+        name = cell_name(model, lo, hi, seed)
+        kept, live = kept_checkpoints() / name, TMP / "checkpoints" / name
+        result = TMP / f"worker_{name}.json"
+        if result.exists() and cell_is_current(json.loads(result.read_text()), args):
+            if kept.exists():
+                shutil.rmtree(kept)
+                lines.append(f"{name}: finished; its kept checkpoint removed")
+            continue
+        step = saved_step(live)
+        if step < 0 or step <= saved_step(kept):
+            continue
+        staging = kept.with_name(f".{name}.tmp")
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.copytree(live, staging)
+        shutil.rmtree(kept, ignore_errors=True)
+        staging.rename(kept)
+        lines.append(f"{name}: kept at step {step + 1}")
+    return lines
+
+
+def restore_checkpoints() -> None:
+    """The kept checkpoints (``keep``) of cells this checkout has not finished, where its own
+    checkpoint is missing or earlier: a fresh checkout goes on from the step the last session kept."""
+    for kept in sorted(kept_checkpoints().glob("*")):
+        if not kept.is_dir() or kept.name.startswith(".") or (TMP / f"worker_{kept.name}.json").exists():
+            continue
+        live = TMP / "checkpoints" / kept.name
+        if saved_step(kept) > saved_step(live):
+            shutil.rmtree(live, ignore_errors=True)
+            shutil.copytree(kept, live)
+            print(f"[restore] {kept.name}: resumes from the kept checkpoint, step {saved_step(kept) + 1}")
+
+
 def restore_cells(out: Path) -> None:
     """The cell files of the committed results, where this checkout has none (the cell folder is not
-    in git): a run resumed on a fresh checkout keeps the cells already finished. Only the cells
-    interrupted mid-training (their checkpoints are not committed) start again."""
-    if not out.exists():
-        return
+    in git): a run resumed on a fresh checkout keeps the cells already finished, and a cell
+    interrupted mid-training resumes from the checkpoint ``keep`` committed, if any."""
+    if out.exists():
+        restore_report_cells(out)
+    restore_checkpoints()
+
+
+def restore_report_cells(out: Path) -> None:
+    """Write the finished cells of the report ``out`` into the cell folder, where it has none."""
     previous = json.loads(out.read_text())
     for kind, key in (("worker", "cells"), ("probe", "probes")):
         for cell in previous.get(key, []):
@@ -1076,7 +1138,7 @@ def oracle(ranges: list[tuple[int, int]], n: int) -> dict[str, dict[str, list[fl
 def main() -> None:
     global RESULTS, TMP
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    kinds = ("driver", "worker", "probe", "report", "progress")
+    kinds = ("driver", "worker", "probe", "report", "progress", "keep")
     parser.add_argument("kind", nargs="?", default="driver", choices=kinds)
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--ranges", default="64:128,128:256")
@@ -1197,6 +1259,9 @@ def main() -> None:
     }
     if args.kind == "progress":  # the invocation's own plan and settings, as the driver would run them
         print("\n".join(progress_table(args)))
+        return
+    if args.kind == "keep":
+        print("\n".join(keep(args)) or "[keep] nothing to keep")
         return
     if args.kind == "report" and previous.exists():  # the run's command, commit and machine, not ours
         old = json.loads(previous.read_text())

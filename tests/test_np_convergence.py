@@ -163,3 +163,62 @@ def test_progress_reads_the_checkpoint_file_the_library_writes():
     from semiparam.training.checkpoint import STATE_FILE
 
     assert nc.STATE_FILE == STATE_FILE
+
+
+def test_keep_carries_an_unfinished_cell_to_a_fresh_checkout_which_resumes_it(tmp_path, monkeypatch):
+    """A session stops mid-run: ``keep`` copies the unfinished cell's checkpoint beside the report
+    (committed) and drops the kept copy of a finished one; a fresh checkout (empty cell folder)
+    restores it, and the fit goes on from the kept step to the same weights as an unbroken fit."""
+    import torch
+
+    from semiparam.np import CIPNP, GPTaskSampler
+
+    results, session = tmp_path / "results", tmp_path / "session"
+    monkeypatch.setattr(nc, "RESULTS", results)
+    monkeypatch.setattr(nc, "TMP", session)
+    args = argparse.Namespace(
+        models=["CIPNP", "CANP"], ranges="64:128", seeds=[0], screened=[], first=["CIPNP", "CANP"],
+        np_code_hash="here", steps=24, lr=1e-2, eval_every=5, d_model=16, n_heads=2, schedule="cosine",
+        **dict.fromkeys(nc.ADAPTIVE_SETTINGS),
+    )  # fmt: skip
+
+    def fit(**extra):
+        sampler = GPTaskSampler(min_ctx=8, max_ctx=9, random_state=0)
+        options = dict(max_steps=24, learning_rate=1e-2, checkpoint_every=4, batch_size=4)
+        return CIPNP(random_state=0, d_model=16, n_heads=2).fit(sampler, **options, **extra)
+
+    def die(step, loss):
+        if step == 10:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        fit(checkpoint_dir=session / "checkpoints" / "CIPNP_64_128_s0", callback=die)
+    # CANP finished this session, but an earlier session had kept its checkpoint
+    (session / "worker_CANP_64_128_s0.json").write_text(
+        json.dumps({"np_code_hash": "here", "config": {"d_model": 16, "n_heads": 2},
+                    "train_config": {"max_steps": 24, "learning_rate": 1e-2, "eval_every": 5}})
+    )  # fmt: skip
+    (results / "checkpoints" / "CANP_64_128_s0").mkdir(parents=True)
+
+    lines = nc.keep(args)
+
+    kept = results / "checkpoints" / "CIPNP_64_128_s0" / nc.STATE_FILE
+    step = nc.saved_step(kept.parent)
+    assert lines == [
+        f"CIPNP_64_128_s0: kept at step {step + 1}",
+        "CANP_64_128_s0: finished; its kept checkpoint removed",
+    ]
+    assert 4 <= step + 1 <= 10 and not (results / "checkpoints" / "CANP_64_128_s0").exists()
+    assert nc.keep(args) == []  # nothing newer to keep
+
+    fresh = tmp_path / "fresh"  # the next session's checkout: the committed results, no cell folder
+    monkeypatch.setattr(nc, "TMP", fresh)
+    nc.restore_cells(results / "np_convergence.json")
+    restored = fresh / "checkpoints" / "CIPNP_64_128_s0"
+    assert (restored / nc.STATE_FILE).read_bytes() == kept.read_bytes()
+    seen: list[int] = []
+    resumed, unbroken = fit(checkpoint_dir=restored, callback=lambda step, loss: seen.append(step)), fit()
+    assert seen[0] == step + 2  # the step after the kept one (callbacks count from 1), not the first
+    assert resumed.history_.steps == unbroken.history_.steps
+    for (name, a), b in zip(resumed.module_.state_dict().items(), unbroken.module_.state_dict().values()):
+        assert torch.equal(a, b), name
