@@ -830,11 +830,11 @@ def progress_table(args: argparse.Namespace) -> list[str]:
         " | best val ll (step) | evals without gain |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
+    finished = finished_cells(args, "worker", plan(args))
     for model, lo, hi, seed in plan(args):
         name = cell_name(model, lo, hi, seed)
         head = f"| {model} | [{lo},{hi}] | {seed} |"
-        result = TMP / f"worker_{name}.json"
-        if result.exists() and cell_is_current(cell := json.loads(result.read_text()), args):
+        if cell := finished.get((model, lo, hi, seed)):
             best = max(cell["curve"]["val_ll"], default=float("nan"))
             drops = ", ".join(map(str, cell.get("lr_drops", []))) or "–"
             lines.append(
@@ -879,12 +879,11 @@ def keep(args: argparse.Namespace) -> list[str]:
     (to be committed when a session stops mid-run) and drop the kept copies of cells since finished
     (their result is in the report). A kept copy is replaced only by a later step. Returns one line
     per cell it touched."""
-    lines = []
+    lines, finished = [], finished_cells(args, "worker", plan(args))
     for model, lo, hi, seed in plan(args):
         name = cell_name(model, lo, hi, seed)
         kept, live = kept_checkpoints() / name, TMP / "checkpoints" / name
-        result = TMP / f"worker_{name}.json"
-        if result.exists() and cell_is_current(json.loads(result.read_text()), args):
+        if (model, lo, hi, seed) in finished:
             if kept.exists():
                 shutil.rmtree(kept)
                 lines.append(f"{name}: finished; its kept checkpoint removed")
@@ -935,6 +934,18 @@ def restore_report_cells(out: Path) -> None:
             path = TMP / f"{kind}_{cell_name(cell['model'], lo, hi, slot)}.json"
             if not path.exists():
                 path.write_text(json.dumps(cell, indent=1))
+
+
+def finished_cells(
+    args: argparse.Namespace, kind: str, todo: list[tuple[str, int, int, int]]
+) -> dict[tuple[str, int, int, int], dict[str, Any]]:
+    """The cells of ``todo`` (``kind`` worker or probe) whose finished result is current, in order."""
+    out = {}
+    for model, lo, hi, slot in todo:
+        path = TMP / f"{kind}_{cell_name(model, lo, hi, slot)}.json"
+        if path.exists() and cell_is_current(cell := json.loads(path.read_text()), args):
+            out[(model, lo, hi, slot)] = cell
+    return out
 
 
 def cell_is_current(cell: dict[str, Any], args: argparse.Namespace) -> bool:
@@ -1293,16 +1304,19 @@ def main() -> None:
             return
     if args.kind == "report":  # the finished, current cells only; nothing runs
         probes = [(m, lo, hi, r) for r in range(args.probe_rounds) for lo, hi in ranges for m in args.models]
-        for kind, key, todo in (("worker", "cells", plan(args)), ("probe", "probes", probes)):
-            for model, lo, hi, seed in todo:
-                path = TMP / f"{kind}_{cell_name(model, lo, hi, seed)}.json"
-                if path.exists() and cell_is_current(cell := json.loads(path.read_text()), args):
-                    results[key].append(cell)
+        results["cells"] = list(finished_cells(args, "worker", plan(args)).values())
+        results["probes"] = list(finished_cells(args, "probe", probes).values())
         write_report(results, out)
         return
     order = {cell: k for k, cell in enumerate(plan(args))}
+    # the finished cells go in the report at once, not when a pool thread reaches them behind the
+    # cells still training: the report committed mid-run is then whole, and a fresh checkout
+    # takes them back from it (restore_cells)
+    finished = finished_cells(args, "worker", list(order))
+    results["cells"] = list(finished.values())
+    write_report(results, out)
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:  # subprocesses do the work
-        running = [pool.submit(run_cell, args, "worker", *cell) for cell in order]
+        running = [pool.submit(run_cell, args, "worker", *cell) for cell in order if cell not in finished]
         for done in concurrent.futures.as_completed(running):
             results["cells"].append(done.result())
             results["cells"].sort(key=lambda c: order[(c["model"], *c["range"], c["seed"])])

@@ -222,3 +222,35 @@ def test_keep_carries_an_unfinished_cell_to_a_fresh_checkout_which_resumes_it(tm
     assert resumed.history_.steps == unbroken.history_.steps
     for (name, a), b in zip(resumed.module_.state_dict().items(), unbroken.module_.state_dict().values()):
         assert torch.equal(a, b), name
+
+
+def test_the_driver_reports_every_finished_cell_before_training_the_rest(tmp_path, monkeypatch):
+    """A run resumed mid-plan: the report it writes before any cell trains holds every finished cell,
+    not only those a pool thread has reached behind the cells in training; a session that stops and
+    commits it mid-run loses none (restore_cells takes them back from it)."""
+    committed = json.loads((ROOT / "benchmarks/results/np_converged/np_convergence.json").read_text())
+    out = tmp_path / "results"
+    cells = out / "tmp" / "np_convergence"
+    cells.mkdir(parents=True)
+    here = nc.code_hash(modules=nc.NP_MODULES)
+    finished = [c for c in committed["cells"] if c["range"] == [64, 128]]
+    assert len(finished) == 6
+    for cell in finished:  # restamped: the test is about the driver, not about this code's results
+        name = nc.cell_name(cell["model"], *cell["range"], cell["seed"])
+        (cells / f"worker_{name}.json").write_text(json.dumps(cell | {"np_code_hash": here}))
+    seen = []
+
+    def run_cell(args, kind, model, lo, hi, seed):
+        seen.append((model, lo, seed, len(json.loads((out / "np_convergence.json").read_text())["cells"])))
+        return {"model": model, "range": [lo, hi], "seed": seed, "failed": True, "returncode": 1}
+
+    monkeypatch.setattr(nc, "run_cell", run_cell)
+    command = committed["command"].split()[2:]  # the committed run's own settings
+    command[command.index("--out-dir") + 1] = str(out)
+    command[command.index("--ranges") + 1] = "64:128,256:512"
+    command += ["--jobs", "1", "--eval-batches", "1"]
+    monkeypatch.setattr(sys, "argv", ["np_convergence.py", *command])
+    nc.main()
+
+    assert sorted(s[:3] for s in seen) == [(m, 256, s) for m in ("CANP", "CIPNP") for s in (0, 1, 2)]
+    assert all(s[3] >= 6 for s in seen)  # the finished cells were in the report from the start
