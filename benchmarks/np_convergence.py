@@ -107,6 +107,14 @@ ADAPTIVE_SETTINGS = ("patience", "anneal_fraction", "smoothing", "min_steps", "l
 SCHEDULE_ARGS = ("schedule", *ADAPTIVE_SETTINGS)  # passed on to each cell's worker
 
 
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all (beside it, then renamed): a report or cell file read or
+    committed while the run goes on is never half written."""
+    staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    staging.write_text(text)
+    os.replace(staging, path)
+
+
 def flag(name: str) -> str:
     """The command-line flag of an argument: ``"min_steps"`` -> ``"--min-steps"``."""
     return "--" + name.replace("_", "-")
@@ -216,7 +224,7 @@ def worker(args: argparse.Namespace) -> None:
         ]
         scores[kernel] = per_batch
     result["eval_ll_per_batch"] = scores
-    Path(args.result).write_text(json.dumps(result, indent=1))
+    write_atomic(Path(args.result), json.dumps(result, indent=1))
     print(f"[cell] {args.model} [{lo},{hi}] seed {args.seed}: rbf {mean(scores['rbf']):.3f}", flush=True)
 
 
@@ -289,7 +297,7 @@ def probe(args: argparse.Namespace) -> None:
     if args.model == "CANP-dense":
         result["attention_kernel"] = "math"
     kernels.close()
-    Path(args.result).write_text(json.dumps(result))
+    write_atomic(Path(args.result), json.dumps(result))
 
 
 def git_commit() -> str:
@@ -316,7 +324,7 @@ def device_name(device: str) -> str:
 
 
 def write_report(results: dict[str, Any], out: Path) -> None:
-    out.write_text(json.dumps(results, indent=1))
+    write_atomic(out, json.dumps(results, indent=1))
     cells = [c for c in results["cells"] if not c.get("failed")]
     settings = results["settings"]
     ranges = parse_ranges(settings["ranges"])
@@ -384,7 +392,7 @@ def write_report(results: dict[str, Any], out: Path) -> None:
     pending = len(plan_from_settings(settings)) - len(results["cells"])
     if pending > 0:
         lines += ["", f"**{pending} cells of the plan have not run yet** (`--resume` runs them).", ""]
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    write_atomic(out.with_suffix(".md"), "\n".join(lines) + "\n")
     plot(results, cells, ranges, models, out.with_suffix(".png"))
 
 
@@ -1008,7 +1016,7 @@ def run_cell(args: argparse.Namespace, kind: str, model: str, lo: int, hi: int, 
     cell.update(
         np_code_hash=args.np_code_hash, git_commit=args.git_commit, widths=[args.d_model, args.n_heads]
     )
-    path.write_text(json.dumps(cell, indent=1))
+    write_atomic(path, json.dumps(cell, indent=1))
     return cell
 
 
