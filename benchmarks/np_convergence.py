@@ -1302,6 +1302,12 @@ def main() -> None:
     restore_cells(out)
     started = time.time()
     results: dict[str, Any] = {**meta, "cells": [], "probes": [], "oracle": oracle(ranges, args.eval_batches)}
+    order = {cell: k for k, cell in enumerate(plan(args))}
+    # the finished cells go in every report from the first, not when a pool thread reaches them
+    # behind the cells in training: a report committed mid-run is then whole, and a fresh checkout
+    # takes them back from it (restore_cells)
+    finished = finished_cells(args, "worker", list(order))
+    results["cells"] = list(finished.values())
     if args.kind == "driver":
         for round_ in range(args.probe_rounds):
             for lo, hi in ranges:
@@ -1312,16 +1318,9 @@ def main() -> None:
             return
     if args.kind == "report":  # the finished, current cells only; nothing runs
         probes = [(m, lo, hi, r) for r in range(args.probe_rounds) for lo, hi in ranges for m in args.models]
-        results["cells"] = list(finished_cells(args, "worker", plan(args)).values())
         results["probes"] = list(finished_cells(args, "probe", probes).values())
         write_report(results, out)
         return
-    order = {cell: k for k, cell in enumerate(plan(args))}
-    # the finished cells go in the report at once, not when a pool thread reaches them behind the
-    # cells still training: the report committed mid-run is then whole, and a fresh checkout
-    # takes them back from it (restore_cells)
-    finished = finished_cells(args, "worker", list(order))
-    results["cells"] = list(finished.values())
     write_report(results, out)
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:  # subprocesses do the work
         running = [pool.submit(run_cell, args, "worker", *cell) for cell in order if cell not in finished]

@@ -241,16 +241,22 @@ def test_the_driver_reports_every_finished_cell_before_training_the_rest(tmp_pat
     seen = []
 
     def run_cell(args, kind, model, lo, hi, seed):
-        seen.append((model, lo, seed, len(json.loads((out / "np_convergence.json").read_text())["cells"])))
+        report = out / "np_convergence.json"
+        reported = len(json.loads(report.read_text())["cells"]) if report.exists() else None
+        seen.append((kind, model, lo, seed, reported))
         return {"model": model, "range": [lo, hi], "seed": seed, "failed": True, "returncode": 1}
 
     monkeypatch.setattr(nc, "run_cell", run_cell)
     command = committed["command"].split()[2:]  # the committed run's own settings
     command[command.index("--out-dir") + 1] = str(out)
     command[command.index("--ranges") + 1] = "64:128,256:512"
+    command[command.index("--probe-rounds") + 1] = "1"  # the cost probes run first, one at a time
     command += ["--jobs", "1", "--eval-batches", "1"]
     monkeypatch.setattr(sys, "argv", ["np_convergence.py", *command])
     nc.main()
 
-    assert sorted(s[:3] for s in seen) == [(m, 256, s) for m in ("CANP", "CIPNP") for s in (0, 1, 2)]
-    assert all(s[3] >= 6 for s in seen)  # the finished cells were in the report from the start
+    trained = sorted(s[1:4] for s in seen if s[0] == "worker")
+    assert trained == [(m, 256, s) for m in ("CANP", "CIPNP") for s in (0, 1, 2)]
+    assert [s[0] for s in seen[:4]] == ["probe"] * 4
+    # the finished cells were in every report, from the first (written after the first probe)
+    assert seen[0][4] is None and all(s[4] >= 6 for s in seen[1:])
