@@ -247,6 +247,8 @@ def test_the_driver_reports_every_finished_cell_before_training_the_rest(tmp_pat
         return {"model": model, "range": [lo, hi], "seed": seed, "failed": True, "returncode": 1}
 
     monkeypatch.setattr(nc, "run_cell", run_cell)
+    for name in ("RESULTS", "TMP"):  # main() sets them from --out-dir; put back after the test
+        monkeypatch.setattr(nc, name, getattr(nc, name))
     command = committed["command"].split()[2:]  # the committed run's own settings
     command[command.index("--out-dir") + 1] = str(out)
     command[command.index("--ranges") + 1] = "64:128,256:512"
