@@ -384,6 +384,7 @@ def write_report(results: dict[str, Any], out: Path) -> None:
         lines += ["| GP oracle | " + " | ".join(oracle_row) + " |", ""]
     lines += verdict(cells, results["probes"], ranges)
     lines += gap_table(cells, ranges)
+    lines += tried_table(results, out)
     probed = [m for m in settings["models"] if m in models or probe_of(results["probes"], m, *ranges[-1])]
     lines += cost_table(cells, results["probes"], ranges, probed)
     lines += (plateau_table if adaptive(settings) else convergence_table)(cells, models, ranges)
@@ -452,6 +453,69 @@ def probe_of(probes: list[dict[str, Any]], model: str, lo: int, hi: int) -> dict
     }
 
 
+def paired_gap(cells: list[dict[str, Any]], form: str, lo: int, hi: int) -> str | None:
+    """``form`` - CANP in RBF log-likelihood at a range, the mean over the seeds both ran (paired),
+    as "+0.003 (beats; 3 seeds)"; "within sd" = behind by less than the larger seed sd of the two;
+    None where they share no seed."""
+    mine_by_seed, base_by_seed = seed_scores(cells, form, lo, hi), seed_scores(cells, "CANP", lo, hi)
+    common = sorted(set(mine_by_seed) & set(base_by_seed))
+    a, b = [mine_by_seed[k] for k in common], [base_by_seed[k] for k in common]
+    if not a:
+        return None
+    diff = mean(a) - mean(b)
+    spread = max(sd(a) if len(a) > 1 else 0.0, sd(b) if len(b) > 1 else 0.0)
+    text = "beats" if diff >= 0 else ("within sd" if diff > -spread else "behind")
+    return f"{diff:+.3f} ({text}; {len(a)} seed{'s' if len(a) != 1 else ''})"
+
+
+def other_runs(out: Path) -> list[Path]:
+    """The results of every other run of this benchmark: the report at the results folder's root
+    and those in its sub-folders (``--out-dir``), this run's own excepted."""
+    root = HERE / "results"
+    found = [root / "np_convergence.json", *sorted(root.glob("*/np_convergence.json"))]
+    return [f for f in found if f.exists() and f.resolve() != out.resolve()]
+
+
+def tried_table(results: dict[str, Any], out: Path) -> list[str]:
+    """What was tried, run by run, the shortest training first: every CIPNP form any run of this
+    benchmark trained, against CANP at each range, under that run's budget and code, and this run's
+    own rows last."""
+    runs = [(f"`{f.relative_to(HERE.parent)}`", json.loads(f.read_text())) for f in other_runs(out)]
+    runs.sort(key=lambda run: (adaptive(run[1]["settings"]), run[1]["settings"]["steps"]))  # shortest first
+    runs.append(("this report", results))
+    rows, ranges = [], []
+    for name, run in runs:
+        cells = [c for c in run.get("cells", []) if not c.get("failed") and "eval_ll_per_batch" in c]
+        forms = list(dict.fromkeys(c["model"] for c in cells if c["model"].startswith("CIPNP")))
+        code = run.get("np_code_hash", "?")
+        code = f"{code} (this code)" if code == results["np_code_hash"] else code
+        run_ranges = parse_ranges(run["settings"]["ranges"])
+        for form in forms:
+            gaps = {(lo, hi): g for lo, hi in run_ranges if (g := paired_gap(cells, form, lo, hi))}
+            if gaps:
+                rows.append((name, code, budget_label(run["settings"]), form, gaps))
+                ranges += [r for r in gaps if r not in ranges]
+    if not rows:
+        return []
+    ranges.sort()
+    lines = [
+        "## What was tried (every run of this benchmark)",
+        "",
+        "Each CIPNP form any run of `benchmarks/np_convergence.py` in `benchmarks/results/` trained,"
+        " minus CANP in RBF log-likelihood at each range (paired over the seeds both ran, as in the"
+        " verdict), under that run's training budget and neural-process code; runs of other code than"
+        " this report's are history, kept to show what each change bought. The forms are described in"
+        " `benchmarks/np_convergence.py` (MODELS) and in each run's own report.",
+        "",
+        "| run | NP code | budget | CIPNP form | " + " | ".join(f"[{lo},{hi}]" for lo, hi in ranges) + " |",
+        "|---" * (len(ranges) + 4) + "|",
+    ]
+    for name, code, budget, form, gaps in rows:
+        cols = " | ".join(gaps.get(r, "–") for r in ranges)
+        lines.append(f"| {name} | {code} | {budget} | {form} | {cols} |")
+    return lines + [""]
+
+
 def verdict(
     cells: list[dict[str, Any]], probes: list[dict[str, Any]], ranges: list[tuple[int, int]]
 ) -> list[str]:
@@ -474,19 +538,9 @@ def verdict(
     for form in forms:
         row, accurate = [], True
         for lo, hi in ranges:
-            mine_by_seed, base_by_seed = seed_scores(cells, form, lo, hi), seed_scores(cells, "CANP", lo, hi)
-            common = sorted(set(mine_by_seed) & set(base_by_seed))  # paired: the seeds both ran
-            a, b = [mine_by_seed[k] for k in common], [base_by_seed[k] for k in common]
-            if not a:
-                row.append("not run yet")
-                accurate = False
-                continue
-            diff = mean(a) - mean(b)
-            spread = max(sd(a) if len(a) > 1 else 0.0, sd(b) if len(b) > 1 else 0.0)
-            text = "beats" if diff >= 0 else ("within sd" if diff > -spread else "behind")
-            accurate &= text != "behind"
-            n = min(len(a), len(b))
-            row.append(f"{diff:+.3f} ({text}; {n} seed{'s' if n != 1 else ''})")
+            gap = paired_gap(cells, form, lo, hi)
+            accurate &= gap is not None and " (behind;" not in gap
+            row.append(gap or "not run yet")
         mine = probe_of(probes, form, lo_max, hi_max)
         if mine and base_probe:
             t = mine["seconds_per_step_at_max"] / base_probe["seconds_per_step_at_max"]

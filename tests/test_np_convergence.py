@@ -262,3 +262,46 @@ def test_the_driver_reports_every_finished_cell_before_training_the_rest(tmp_pat
     assert [s[0] for s in seen[:4]] == ["probe"] * 4
     # the finished cells were in every report, from the first (written after the first probe)
     assert seen[0][4] is None and all(s[4] >= 6 for s in seen[1:])
+
+
+def test_what_was_tried_lists_every_run_shortest_first_with_its_code_and_this_run_last(tmp_path, monkeypatch):
+    """The report's history table: each other run of the benchmark in the results folder (its root
+    report and those of --out-dir folders), every CIPNP form it trained against CANP per range, the
+    shortest training first, the code it ran named, this run's own rows last."""
+    results = tmp_path / "benchmarks" / "results"
+    monkeypatch.setattr(nc, "HERE", tmp_path / "benchmarks")
+
+    def run(steps, code, forms, ranges, schedule="cosine"):
+        cells = [
+            _scored(model, seed, [base + 0.1 * seed] * 2) | {"range": list(r)}
+            for model, base in (("CANP", 1.0), *forms)
+            for r in ranges
+            for seed in (0, 1)
+        ]
+        spans = ",".join(f"{lo}:{hi}" for lo, hi in ranges)
+        settings = {"ranges": spans, "steps": steps, "schedule": schedule}
+        return {"np_code_hash": code, "settings": settings, "cells": cells}
+
+    both = [(64, 128), (256, 512)]
+    runs = {
+        "np_convergence.json": run(3000, "old", [("CIPNP", 1.01), ("CIPNP-paper", 0.9)], both),
+        "np_50k/np_convergence.json": run(50000, "new", [("CIPNP", 0.95)], [(64, 128)]),
+        "np_converged/np_convergence.json": run(150000, "new", [("CIPNP", 0.96)], [(64, 128)], "adaptive"),
+    }
+    for name, content in runs.items():
+        (results / name).parent.mkdir(parents=True, exist_ok=True)
+        (results / name).write_text(json.dumps(content))
+    this = results / "np_converged" / "np_convergence.json"
+
+    lines = nc.tried_table(runs["np_converged/np_convergence.json"], this)
+
+    rows = [line.split(" | ") for line in lines if line.startswith("| ") and "---" not in line][1:]
+    assert [(r[0], r[1], r[2], r[3]) for r in rows] == [
+        ("| `benchmarks/results/np_convergence.json`", "old", "3000 steps", "CIPNP"),
+        ("| `benchmarks/results/np_convergence.json`", "old", "3000 steps", "CIPNP-paper"),
+        ("| `benchmarks/results/np_50k/np_convergence.json`", "new (this code)", "50000 steps", "CIPNP"),
+        ("| this report", "new (this code)", "plateau (<= 150000)", "CIPNP"),
+    ]
+    assert rows[0][4:] == ["+0.010 (beats; 2 seeds)", "+0.010 (beats; 2 seeds) |"]
+    assert rows[1][4:] == ["-0.100 (behind; 2 seeds)", "-0.100 (behind; 2 seeds) |"]  # seed sd 0.071
+    assert rows[2][4:] == ["-0.050 (within sd; 2 seeds)", "– |"]  # not run at [256,512]
