@@ -905,7 +905,8 @@ def progress_table(args: argparse.Namespace) -> list[str]:
             )
             continue
         # this checkout's checkpoint, or the one the last session kept if it is further on
-        state = checkpoint_state(max(TMP / "checkpoints" / name, kept_checkpoints() / name, key=saved_step))
+        saved = [checkpoint_state(d) for d in (TMP / "checkpoints" / name, kept_checkpoints() / name)]
+        state = max(saved, key=lambda st: -1 if st is None else int(st["step"]))
         if state is None:
             lines.append(f"{head} not begun | 0 | – | – | – | – |")
             continue
@@ -968,11 +969,11 @@ def restore_checkpoints() -> None:
     for kept in sorted(kept_checkpoints().glob("*")):
         if not kept.is_dir() or kept.name.startswith(".") or (TMP / f"worker_{kept.name}.json").exists():
             continue
-        live = TMP / "checkpoints" / kept.name
-        if saved_step(kept) > saved_step(live):
+        live, step = TMP / "checkpoints" / kept.name, saved_step(kept)
+        if step > saved_step(live):
             shutil.rmtree(live, ignore_errors=True)
             shutil.copytree(kept, live)
-            print(f"[restore] {kept.name}: resumes from the kept checkpoint, step {saved_step(kept) + 1}")
+            print(f"[restore] {kept.name}: resumes from the kept checkpoint, step {step + 1}")
 
 
 def restore_cells(out: Path) -> None:
