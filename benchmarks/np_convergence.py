@@ -18,7 +18,10 @@ first, then the other models. Reproduce, alone on the machine::
     python benchmarks/np_convergence.py --resume
 
 ``--device cuda --jobs N --probe-rounds 0`` trains N cells at a time on a GPU; a cell's checkpoints
-resume on any device, and each cell records the devices it trained on (the report names them).
+resume on any device, and each cell records the devices it trained on (the report names them). A
+finished cell is known there by its sources' digest (``np_source_digest``: the code hash depends on
+the Python that parses the code), so a copy of this tree under another Python trains only the cells
+not finished; ``--adopt DIR`` takes the device's cells back in.
 ``progress`` with a run's own arguments shows where each of its cells stands (finished, training:
 steps, lower rates, best validation score, evaluations without gain; not begun) without training.
 A run longer than a session: ``keep`` with the run's arguments copies the checkpoints of its
@@ -36,6 +39,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
+import hashlib
 import itertools
 import json
 import math
@@ -51,6 +55,7 @@ from typing import Any
 
 import torch
 
+import semiparam
 from semiparam.bench.measure import code_hash, import_closure, machine_info
 from semiparam.np import (
     ANP,
@@ -1011,9 +1016,38 @@ def finished_cells(
     return out
 
 
+def np_source_digest() -> str:
+    """sha256 (16 hex digits) of the paths and bytes of every file ``code_hash`` reads for
+    ``NP_MODULES`` in the imported package. Unlike ``code_hash``, which hashes the running Python's
+    syntax trees, it is the same under any Python: a copy of this tree on a machine with another
+    Python (a device machine) knows the finished cells of this code for its own, instead of setting
+    them aside as stale and training them again."""
+    root = Path(semiparam.__file__).resolve().parent
+    h = hashlib.sha256()
+    for path in import_closure(root, NP_MODULES):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def stamp_source_digest(args: argparse.Namespace) -> None:
+    """Give every finished cell file of this code (its ``np_code_hash`` is this run's) that lacks it
+    this checkout's ``np_source_digest``: the report then carries it, and a run of this tree under
+    another Python reuses the cell (``cell_is_current``). The digest names the sources of the
+    checkout that recognised the cell by its hash, which strips docstrings: a cell made at an
+    earlier commit differing only in docstrings carries this checkout's digest."""
+    for path in sorted(TMP.glob("*.json")):
+        cell = json.loads(path.read_text())
+        if cell.get("np_code_hash") == args.np_code_hash and "np_source_digest" not in cell:
+            cell["np_source_digest"] = args.np_source_digest
+            write_atomic(path, json.dumps(cell, indent=1))
+
+
 def cell_is_current(cell: dict[str, Any], args: argparse.Namespace) -> bool:
-    """A finished cell is reused only when the code it ran and its settings are this invocation's."""
-    if cell.get("np_code_hash") != args.np_code_hash:
+    """A finished cell is reused only when the code it ran and its settings are this invocation's.
+    The code is this one's when its hash is this Python's hash of it, or its sources' digest is
+    this checkout's (the same files under another Python, whose syntax trees hash differently)."""
+    same_hash = cell.get("np_code_hash") == args.np_code_hash
+    if not same_hash and cell.get("np_source_digest") != args.np_source_digest:
         return False
     if "train_config" not in cell:  # a probe: timed as the median of per-step times since "round"
         return (
@@ -1069,7 +1103,10 @@ def run_cell(args: argparse.Namespace, kind: str, model: str, lo: int, hi: int, 
         }
     cell = json.loads(path.read_text())
     cell.update(
-        np_code_hash=args.np_code_hash, git_commit=args.git_commit, widths=[args.d_model, args.n_heads]
+        np_code_hash=args.np_code_hash,
+        np_source_digest=args.np_source_digest,
+        git_commit=args.git_commit,
+        widths=[args.d_model, args.n_heads],
     )
     write_atomic(path, json.dumps(cell, indent=1))
     return cell
@@ -1149,24 +1186,27 @@ def rekey_verified(args: argparse.Namespace, old_commit: str, renames: dict[str,
 
 def adopt(args: argparse.Namespace, source: Path) -> None:
     """Take in the cells of a run made elsewhere (a device machine's copy of this tree): ``source``
-    is that run's cell folder (``.../tmp/np_convergence``). Its commit's neural-process sources
-    (every file ``code_hash`` reads for ``NP_MODULES``) must equal this checkout's, byte for byte;
-    then each finished cell is restamped with this checkout's hash, keeping the device's hash and
-    commit under ``restamped`` (another Python hashes the same syntax differently, see
-    ``code_hash``), and the checkpoints of unfinished cells are copied so that ``--resume`` goes on
-    from them here. Cells this folder already has are kept as they are."""
+    is that run's cell folder (``.../tmp/np_convergence``). A cell's neural-process sources (every
+    file ``code_hash`` reads for ``NP_MODULES``) must equal this checkout's, byte for byte: its
+    ``np_source_digest`` is this checkout's, or else its commit's files are; then each finished cell
+    is restamped with this checkout's hash, keeping the device's hash and commit under
+    ``restamped`` (another Python hashes the same syntax differently, see ``code_hash``), and the
+    checkpoints of unfinished cells are copied so that ``--resume`` goes on from them here. Cells
+    this folder already has are kept as they are."""
     root = HERE.parent
     package = root / "src" / "semiparam"
     files = [str(f.relative_to(root)) for f in import_closure(package, NP_MODULES)]
     finished = {f.name: json.loads(f.read_text()) for f in sorted(source.glob("worker_*.json"))}
     finished = {n: c for n, c in finished.items() if "." not in n.removesuffix(".json")}  # not set aside
-    differs = {  # one comparison per commit the cells name
+    # a cell whose sources' digest is this checkout's needs no comparison; else one per commit
+    compare = {n: c for n, c in finished.items() if c.get("np_source_digest") != args.np_source_digest}
+    differs = {
         commit: subprocess.run(["git", "diff", "--quiet", commit, "--", *files], cwd=root).returncode != 0
-        for commit in {cell.get("git_commit", "") for cell in finished.values()}
+        for commit in {cell.get("git_commit", "") for cell in compare.values()}
     }
     for name, cell in finished.items():
         commit = cell.get("git_commit", "")
-        if differs[commit]:
+        if name in compare and differs[commit]:
             print(f"[adopt] {name}: NP sources at {commit!r} differ from this checkout's; not adopted")
             continue
         if (TMP / name).exists():
@@ -1323,12 +1363,14 @@ def main() -> None:
     skip += ("rekey_verified", "rekey_rename", "probes_only", "compare_with", "provenance", "adopt")
     settings = {k: v for k, v in vars(args).items() if k not in skip}
     args.np_code_hash, args.git_commit = code_hash(modules=NP_MODULES), git_commit()
+    args.np_source_digest = np_source_digest()
     meta = {
         "git_commit": args.git_commit,
         "command": "python benchmarks/np_convergence.py " + " ".join(sys.argv[1:]),
         "settings": settings,
         "machine": machine_info(),
         "np_code_hash": args.np_code_hash,
+        "np_source_digest": args.np_source_digest,
         "compare_with": args.compare_with,
     }
     if args.kind == "progress":  # the invocation's own plan and settings, as the driver would run them
@@ -1355,6 +1397,7 @@ def main() -> None:
     ranges = parse_ranges(args.ranges)
     out = RESULTS / "np_convergence.json"
     restore_cells(out)
+    stamp_source_digest(args)
     started = time.time()
     results: dict[str, Any] = {**meta, "cells": [], "probes": [], "oracle": oracle(ranges, args.eval_batches)}
     order = {cell: k for k, cell in enumerate(plan(args))}

@@ -47,6 +47,8 @@ def test_adopt_restamps_matching_cells_keeps_local_ones_and_copies_unfinished_ch
     cells = {
         "CIPNP_64_128_s1": _cell("CIPNP", 1, head),
         "CANP_64_128_s1": _cell("CANP", 1, "0" * 40),  # a commit this checkout cannot match
+        # a commit unknown here (the device's stale git), but the sources' digest is this checkout's
+        "CANP_64_128_s0": _cell("CANP", 0, "1" * 40) | {"np_source_digest": "digest here"},
         "CIPNP_64_128_s0": _cell("CIPNP", 0, head),  # the local folder has it already
     }
     for name, cell in cells.items():
@@ -55,7 +57,7 @@ def test_adopt_restamps_matching_cells_keeps_local_ones_and_copies_unfinished_ch
     (local / "worker_CIPNP_64_128_s0.json").write_text(json.dumps({"mine": True}))
     monkeypatch.setattr(nc, "TMP", local)
 
-    nc.adopt(argparse.Namespace(np_code_hash="here"), source)
+    nc.adopt(argparse.Namespace(np_code_hash="here", np_source_digest="digest here"), source)
 
     adopted = json.loads((local / "worker_CIPNP_64_128_s1.json").read_text())
     assert adopted["np_code_hash"] == "here"
@@ -63,6 +65,7 @@ def test_adopt_restamps_matching_cells_keeps_local_ones_and_copies_unfinished_ch
     assert adopted["restamped"]["git_commit_on_device"] == head
     assert not (local / "checkpoints" / "CIPNP_64_128_s1").exists()
     assert not (local / "worker_CANP_64_128_s1.json").exists()
+    assert json.loads((local / "worker_CANP_64_128_s0.json").read_text())["np_code_hash"] == "here"
     assert json.loads((local / "worker_CIPNP_64_128_s0.json").read_text()) == {"mine": True}
     assert (local / "checkpoints" / "CANP_64_128_s2" / "state.pt").read_bytes() == b"resume me"
 
@@ -118,8 +121,8 @@ def test_progress_shows_finished_training_and_unbegun_cells_of_the_plan(tmp_path
     settings |= {"lr_drops": 2, "drop_factor": 0.3}
     args = argparse.Namespace(
         models=["CIPNP", "CANP"], ranges="64:128,256:512", seeds=[0], screened=[], first=["CIPNP", "CANP"],
-        np_code_hash="here", steps=4000, lr=1e-2, eval_every=5, d_model=16, n_heads=2,
-        schedule="adaptive", **settings,
+        np_code_hash="here", np_source_digest="digest here", steps=4000, lr=1e-2, eval_every=5,
+        d_model=16, n_heads=2, schedule="adaptive", **settings,
     )  # fmt: skip
     # CIPNP [64,128]: a real fit killed after its first step down leaves its checkpoint
     options = dict(max_steps=4000, lr_schedule="adaptive", validation=None, eval_every=5, learning_rate=1e-2)
@@ -224,20 +227,27 @@ def test_keep_carries_an_unfinished_cell_to_a_fresh_checkout_which_resumes_it(tm
         assert torch.equal(a, b), name
 
 
-def test_the_driver_reports_every_finished_cell_before_training_the_rest(tmp_path, monkeypatch):
+@pytest.mark.parametrize("python", ["this", "another"])
+def test_the_driver_reports_every_finished_cell_before_training_the_rest(tmp_path, monkeypatch, python):
     """A run resumed mid-plan: the report it writes before any cell trains holds every finished cell,
     not only those a pool thread has reached behind the cells in training; a session that stops and
-    commits it mid-run loses none (restore_cells takes them back from it)."""
+    commits it mid-run loses none (restore_cells takes them back from it). Under another Python (a
+    device machine's copy of this tree) the code hash differs, and the finished cells are known by
+    their sources' digest: they are neither set aside nor trained again."""
     committed = json.loads((ROOT / "benchmarks/results/np_converged/np_convergence.json").read_text())
     out = tmp_path / "results"
     cells = out / "tmp" / "np_convergence"
     cells.mkdir(parents=True)
-    here = nc.code_hash(modules=nc.NP_MODULES)
+    if python == "this":
+        code = {"np_code_hash": nc.code_hash(modules=nc.NP_MODULES)}
+    else:
+        code = {"np_code_hash": "another Python's", "np_source_digest": nc.np_source_digest()}
     finished = [c for c in committed["cells"] if c["range"] == [64, 128]]
     assert len(finished) == 6
     for cell in finished:  # restamped: the test is about the driver, not about this code's results
         name = nc.cell_name(cell["model"], *cell["range"], cell["seed"])
-        (cells / f"worker_{name}.json").write_text(json.dumps(cell | {"np_code_hash": here}))
+        cell = {k: v for k, v in cell.items() if k != "np_source_digest"} | code
+        (cells / f"worker_{name}.json").write_text(json.dumps(cell))
     seen = []
 
     def run_cell(args, kind, model, lo, hi, seed):
@@ -256,12 +266,17 @@ def test_the_driver_reports_every_finished_cell_before_training_the_rest(tmp_pat
     command += ["--jobs", "1", "--eval-batches", "1"]
     monkeypatch.setattr(sys, "argv", ["np_convergence.py", *command])
     nc.main()
+    report = out / "np_convergence.json"
 
     trained = sorted(s[1:4] for s in seen if s[0] == "worker")
     assert trained == [(m, 256, s) for m in ("CANP", "CIPNP") for s in (0, 1, 2)]
     assert [s[0] for s in seen[:4]] == ["probe"] * 4
     # the finished cells were in every report, from the first (written after the first probe)
     assert seen[0][4] is None and all(s[4] >= 6 for s in seen[1:])
+    assert not list(cells.glob("*.stale.json"))
+    # the finished cells of this code now carry the digest (stamp_source_digest), and so the report
+    reported = [c for c in json.loads(report.read_text())["cells"] if not c.get("failed")]
+    assert len(reported) == 6 and all(c["np_source_digest"] == nc.np_source_digest() for c in reported)
 
 
 def test_what_was_tried_lists_every_run_shortest_first_with_its_code_and_this_run_last(tmp_path, monkeypatch):
