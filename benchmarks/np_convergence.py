@@ -120,6 +120,18 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(staging, path)
 
 
+def copy_folder(source: Path, target: Path) -> None:
+    """Replace the folder ``target`` with a copy of ``source``, copied beside it first and then
+    renamed in: a copy cut short (a session stopping mid-copy) never sits at ``target`` as a
+    checkpoint to resume from."""
+    staging = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(source, staging)
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+
+
 def flag(name: str) -> str:
     """The command-line flag of an argument: ``"min_steps"`` -> ``"--min-steps"``."""
     return "--" + name.replace("_", "-")
@@ -959,35 +971,43 @@ def keep(args: argparse.Namespace) -> list[str]:
         step = saved_step(live)
         if step < 0 or step <= saved_step(kept):
             continue
-        staging = kept.with_name(f".{name}.tmp")
-        shutil.rmtree(staging, ignore_errors=True)
-        shutil.copytree(live, staging)
-        shutil.rmtree(kept, ignore_errors=True)
-        staging.rename(kept)
+        copy_folder(live, kept)
         lines.append(f"{name}: kept at step {step + 1}")
     return lines
 
 
-def restore_checkpoints() -> None:
-    """The kept checkpoints (``keep``) of cells this checkout has not finished, where its own
-    checkpoint is missing or earlier: a fresh checkout goes on from the step the last session kept."""
+def set_aside(path: Path, checkpoints: Path) -> None:
+    """Set a stale result aside (``*.stale.json``, kept to read) with the checkpoints of the run that
+    made it, so that its cell trains again from the first step."""
+    path.replace(path.with_suffix(".stale.json"))
+    shutil.rmtree(checkpoints, ignore_errors=True)
+
+
+def restore_checkpoints(args: argparse.Namespace) -> None:
+    """The kept checkpoints (``keep``) of cells this checkout has not finished with this code and
+    settings, where its own checkpoint is missing or earlier: a fresh checkout goes on from the step
+    the last session kept. A stale result of such a cell is set aside first (as ``run_cell`` would,
+    which would then drop the restored checkpoint with the stale run's)."""
     for kept in sorted(kept_checkpoints().glob("*")):
-        if not kept.is_dir() or kept.name.startswith(".") or (TMP / f"worker_{kept.name}.json").exists():
+        if not kept.is_dir() or kept.name.startswith("."):
             continue
-        live, step = TMP / "checkpoints" / kept.name, saved_step(kept)
-        if step > saved_step(live):
-            shutil.rmtree(live, ignore_errors=True)
-            shutil.copytree(kept, live)
+        result, live = TMP / f"worker_{kept.name}.json", TMP / "checkpoints" / kept.name
+        if result.exists():
+            if cell_is_current(json.loads(result.read_text()), args):
+                continue
+            set_aside(result, live)
+        if (step := saved_step(kept)) > saved_step(live):
+            copy_folder(kept, live)
             print(f"[restore] {kept.name}: resumes from the kept checkpoint, step {step + 1}")
 
 
-def restore_cells(out: Path) -> None:
+def restore_cells(out: Path, args: argparse.Namespace) -> None:
     """The cell files of the committed results, where this checkout has none (the cell folder is not
     in git): a run resumed on a fresh checkout keeps the cells already finished, and a cell
     interrupted mid-training resumes from the checkpoint ``keep`` committed, if any."""
     if out.exists():
         restore_report_cells(out)
-    restore_checkpoints()
+    restore_checkpoints(args)
 
 
 def restore_report_cells(out: Path) -> None:
@@ -1084,10 +1104,7 @@ def run_cell(args: argparse.Namespace, kind: str, model: str, lo: int, hi: int, 
         cell = json.loads(path.read_text())
         if cell_is_current(cell, args):
             return cell
-        path.replace(path.with_suffix(".stale.json"))
-        checkpoints = TMP / "checkpoints" / cell_name(model, lo, hi, seed)
-        if checkpoints.exists():
-            shutil.rmtree(checkpoints)
+        set_aside(path, TMP / "checkpoints" / cell_name(model, lo, hi, seed))
     command = cell_command(kind, model, lo, hi, seed, path, sys.argv_worker)  # type: ignore[attr-defined]
     env = dict(os.environ)
     if kind == "probe":
@@ -1126,7 +1143,7 @@ def rekey_verified(args: argparse.Namespace, old_commit: str, renames: dict[str,
     so both names must be in ``MODELS`` while the rename runs; an alias kept for it can go once no
     cell bears its name."""
     out = RESULTS / "np_convergence.json"
-    restore_cells(out)
+    restore_cells(out, args)
     root = HERE.parent
     new_name = {old: new for new, old in renames.items()}
     scratch = tempfile.TemporaryDirectory(prefix="np_rekey_")
@@ -1220,7 +1237,7 @@ def adopt(args: argparse.Namespace, source: Path) -> None:
                 " checkout's: the hashes differ by the Python that parsed them",
             }
             cell["np_code_hash"] = args.np_code_hash
-        (TMP / name).write_text(json.dumps(cell, indent=1))
+        write_atomic(TMP / name, json.dumps(cell, indent=1))
         # a local start of the same cell, if any, is superseded by the finished one
         local_start = TMP / "checkpoints" / name.removeprefix("worker_").removesuffix(".json")
         shutil.rmtree(local_start, ignore_errors=True)
@@ -1229,10 +1246,7 @@ def adopt(args: argparse.Namespace, source: Path) -> None:
         cell_file = f"worker_{checkpoints.name}.json"
         if cell_file in finished or (TMP / cell_file).exists():
             continue
-        target = TMP / "checkpoints" / checkpoints.name
-        if target.exists():
-            shutil.rmtree(target)
-        shutil.copytree(checkpoints, target)
+        copy_folder(checkpoints, TMP / "checkpoints" / checkpoints.name)
         print(f"[adopt] {checkpoints.name}: unfinished; its checkpoints copied to resume here")
 
 
@@ -1396,7 +1410,7 @@ def main() -> None:
         return
     ranges = parse_ranges(args.ranges)
     out = RESULTS / "np_convergence.json"
-    restore_cells(out)
+    restore_cells(out, args)
     stamp_source_digest(args)
     started = time.time()
     results: dict[str, Any] = {**meta, "cells": [], "probes": [], "oracle": oracle(ranges, args.eval_batches)}

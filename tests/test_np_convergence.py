@@ -171,7 +171,8 @@ def test_progress_reads_the_checkpoint_file_the_library_writes():
 def test_keep_carries_an_unfinished_cell_to_a_fresh_checkout_which_resumes_it(tmp_path, monkeypatch):
     """A session stops mid-run: ``keep`` copies the unfinished cell's checkpoint beside the report
     (committed) and drops the kept copy of a finished one; a fresh checkout (empty cell folder)
-    restores it, and the fit goes on from the kept step to the same weights as an unbroken fit."""
+    restores it, and the fit goes on from the kept step to the same weights as an unbroken fit. A
+    stale result of the kept cell there (other code) is set aside, not taken for the cell's end."""
     import torch
 
     from semiparam.np import CIPNP, GPTaskSampler
@@ -181,8 +182,8 @@ def test_keep_carries_an_unfinished_cell_to_a_fresh_checkout_which_resumes_it(tm
     monkeypatch.setattr(nc, "TMP", session)
     args = argparse.Namespace(
         models=["CIPNP", "CANP"], ranges="64:128", seeds=[0], screened=[], first=["CIPNP", "CANP"],
-        np_code_hash="here", steps=24, lr=1e-2, eval_every=5, d_model=16, n_heads=2, schedule="cosine",
-        **dict.fromkeys(nc.ADAPTIVE_SETTINGS),
+        np_code_hash="here", np_source_digest="digest here", steps=24, lr=1e-2, eval_every=5, d_model=16,
+        n_heads=2, schedule="cosine", **dict.fromkeys(nc.ADAPTIVE_SETTINGS),
     )  # fmt: skip
 
     def fit(**extra):
@@ -216,9 +217,14 @@ def test_keep_carries_an_unfinished_cell_to_a_fresh_checkout_which_resumes_it(tm
 
     fresh = tmp_path / "fresh"  # the next session's checkout: the committed results, no cell folder
     monkeypatch.setattr(nc, "TMP", fresh)
-    nc.restore_cells(results / "np_convergence.json")
+    stale = fresh / "worker_CIPNP_64_128_s0.json"  # the cell finished once, under other code
+    fresh.mkdir()
+    stale.write_text(json.dumps({"np_code_hash": "old"}))
+    nc.restore_cells(results / "np_convergence.json", args)
     restored = fresh / "checkpoints" / "CIPNP_64_128_s0"
     assert (restored / nc.STATE_FILE).read_bytes() == kept.read_bytes()
+    assert not stale.exists() and stale.with_suffix(".stale.json").exists()
+    assert not list(fresh.glob("checkpoints/.*"))  # no staging copy left behind
     seen: list[int] = []
     resumed, unbroken = fit(checkpoint_dir=restored, callback=lambda step, loss: seen.append(step)), fit()
     assert seen[0] == step + 2  # the step after the kept one (callbacks count from 1), not the first
