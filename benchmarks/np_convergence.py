@@ -976,11 +976,17 @@ def keep(args: argparse.Namespace) -> list[str]:
     return lines
 
 
-def set_aside(path: Path, checkpoints: Path) -> None:
-    """Set a stale result aside (``*.stale.json``, kept to read) with the checkpoints of the run that
+def current_or_set_aside(path: Path, checkpoints: Path, args: argparse.Namespace) -> dict[str, Any] | None:
+    """The finished result at ``path`` when it is current (``cell_is_current``); else None, and a
+    stale result is set aside (``*.stale.json``, kept to read) with the checkpoints of the run that
     made it, so that its cell trains again from the first step."""
+    if not path.exists():
+        return None
+    if cell_is_current(cell := json.loads(path.read_text()), args):
+        return cell
     path.replace(path.with_suffix(".stale.json"))
     shutil.rmtree(checkpoints, ignore_errors=True)
+    return None
 
 
 def restore_checkpoints(args: argparse.Namespace) -> None:
@@ -991,11 +997,9 @@ def restore_checkpoints(args: argparse.Namespace) -> None:
     for kept in sorted(kept_checkpoints().glob("*")):
         if not kept.is_dir() or kept.name.startswith("."):
             continue
-        result, live = TMP / f"worker_{kept.name}.json", TMP / "checkpoints" / kept.name
-        if result.exists():
-            if cell_is_current(json.loads(result.read_text()), args):
-                continue
-            set_aside(result, live)
+        live = TMP / "checkpoints" / kept.name
+        if current_or_set_aside(TMP / f"worker_{kept.name}.json", live, args) is not None:
+            continue
         if (step := saved_step(kept)) > saved_step(live):
             copy_folder(kept, live)
             print(f"[restore] {kept.name}: resumes from the kept checkpoint, step {step + 1}")
@@ -1099,12 +1103,9 @@ def cell_command(
 def run_cell(args: argparse.Namespace, kind: str, model: str, lo: int, hi: int, seed: int) -> dict[str, Any]:
     """Run one cell in a subprocess, or reuse its finished result when it is current; a result of
     other code or settings is set aside (``*.stale.json``) and the cell runs again."""
-    path = TMP / f"{kind}_{cell_name(model, lo, hi, seed)}.json"
-    if path.exists():
-        cell = json.loads(path.read_text())
-        if cell_is_current(cell, args):
-            return cell
-        set_aside(path, TMP / "checkpoints" / cell_name(model, lo, hi, seed))
+    path, checkpoints = TMP / f"{kind}_{cell_name(model, lo, hi, seed)}.json", TMP / "checkpoints"
+    if (cell := current_or_set_aside(path, checkpoints / cell_name(model, lo, hi, seed), args)) is not None:
+        return cell
     command = cell_command(kind, model, lo, hi, seed, path, sys.argv_worker)  # type: ignore[attr-defined]
     env = dict(os.environ)
     if kind == "probe":
