@@ -1040,13 +1040,20 @@ def finished_cells(
     return out
 
 
+def np_package() -> Path:
+    """The folder of the imported ``semiparam`` package: the sources this process runs, which
+    ``np_source_digest`` hashes and ``adopt`` compares (``PYTHONPATH`` may point at another tree
+    than the one holding this script)."""
+    return Path(semiparam.__file__).resolve().parent
+
+
 def np_source_digest() -> str:
     """sha256 (16 hex digits) of the paths and bytes of every file ``code_hash`` reads for
     ``NP_MODULES`` in the imported package. Unlike ``code_hash``, which hashes the running Python's
     syntax trees, it is the same under any Python: a copy of this tree on a machine with another
     Python (a device machine) knows the finished cells of this code for its own, instead of setting
     them aside as stale and training them again."""
-    root = Path(semiparam.__file__).resolve().parent
+    root = np_package()
     h = hashlib.sha256()
     for path in import_closure(root, NP_MODULES):
         h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
@@ -1211,8 +1218,9 @@ def adopt(args: argparse.Namespace, source: Path) -> None:
     ``restamped`` (another Python hashes the same syntax differently, see ``code_hash``), and the
     checkpoints of unfinished cells are copied so that ``--resume`` goes on from them here. Cells
     this folder already has are kept as they are."""
-    root = HERE.parent
-    package = root / "src" / "semiparam"
+    package = np_package()
+    top = ["git", "rev-parse", "--show-toplevel"]
+    root = Path(subprocess.run(top, cwd=package, capture_output=True, text=True, check=True).stdout.strip())
     files = [str(f.relative_to(root)) for f in import_closure(package, NP_MODULES)]
     finished = {f.name: json.loads(f.read_text()) for f in sorted(source.glob("worker_*.json"))}
     finished = {n: c for n, c in finished.items() if "." not in n.removesuffix(".json")}  # not set aside

@@ -12,6 +12,17 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 TINY_MODEL = {"d_embedding": 8, "n_heads": 2, "n_blocks": 2, "dropout": 0.0}
 
 
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray cluster per test process, started by the first test that needs it: the Ray
+    tests (map_tasks, tuning, a benchmark's subprocess joining it by address) share it instead of
+    each starting and stopping their own, which on two cores costs more than the tests do."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
 @pytest.fixture
 def mixed_frame() -> pd.DataFrame:
     rng = np.random.default_rng(0)

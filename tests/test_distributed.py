@@ -181,7 +181,7 @@ def test_a_killed_worker_ends_the_job_and_its_checkpoint_resumes_in_one_process(
     data = tmp_path / "data.csv"
     table(n=120).to_csv(data, index=False)
     run = tmp_path / "run"
-    steps = 400
+    steps = 200
     command = fit_command(data, run, steps, ["--set=train.checkpoint_every_steps=5"], processes=2)
     launcher = subprocess.Popen(command, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

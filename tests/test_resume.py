@@ -101,7 +101,7 @@ def test_a_killed_subprocess_resumes_to_the_uninterrupted_result(tmp_path: Path)
         frame["c"] = pd.Categorical(frame["c"])
         X, y = frame.drop(columns="y"), frame["y"].to_numpy()
         model = NPTRegressor(
-            max_steps=400, patience=None, model_options={MODEL!r}, train_options={TRAIN!r},
+            max_steps=200, patience=None, model_options={MODEL!r}, train_options={TRAIN!r},
             random_state=5, verbose=False,
         )
         ckpt = sys.argv[1] if sys.argv[1] != "-" else None
@@ -125,7 +125,7 @@ def test_a_killed_subprocess_resumes_to_the_uninterrupted_result(tmp_path: Path)
         proc.wait()
     assert proc.returncode == -signal.SIGKILL
     killed_at = state_of(ckpt / "member_0")
-    assert not killed_at["finished"] and killed_at["step"] < 399
+    assert not killed_at["finished"] and killed_at["step"] < 199
     subprocess.run([*run, str(ckpt), "resume", str(tmp_path / "resumed.npy")], check=True)
     subprocess.run([*run, "-"], check=True)
     np.testing.assert_array_equal(np.load(tmp_path / "resumed.npy"), np.load(tmp_path / "whole.npy"))
