@@ -407,9 +407,7 @@ def write_report(results: dict[str, Any], out: Path) -> None:
     lines += (plateau_table if adaptive(settings) else convergence_table)(cells, models, ranges)
     if results.get("compare_with"):
         lines += budget_table(cells, models, ranges, results["compare_with"], settings)
-    pending = len(plan_from_settings(settings)) - len(results["cells"])
-    if pending > 0:
-        lines += ["", f"**{pending} cells of the plan have not run yet** (`--resume` runs them).", ""]
+    lines += pending_lines(results)
     write_atomic(out.with_suffix(".md"), "\n".join(lines) + "\n")
     plot(results, cells, ranges, models, out.with_suffix(".png"))
 
@@ -420,6 +418,23 @@ def describe(model: str) -> str:
     options = ", ".join(f"{k}={v!r}" for k, v in extra.items())
     kernel = " on PyTorch's math attention kernel" if model in PROBE_ONLY else ""
     return f"`{cls.__name__}({options})`{kernel}"
+
+
+def pending_lines(results: dict[str, Any]) -> list[str]:
+    """The cells of the plan that have no result yet, each with the step its saved checkpoint has
+    reached (in this run's folder or kept beside the report): they are in none of the tables."""
+    done = {(c["model"], *c["range"], c["seed"]) for c in results["cells"]}
+    pending = [cell for cell in plan_from_settings(results["settings"]) if cell not in done]
+    if not pending:
+        return []
+    head = f"**{len(pending)} cells of the plan have not finished**, so are in none of the tables above"
+    lines = ["", f"{head} (the same command resumes them):", ""]
+    for model, lo, hi, seed in pending:
+        name = cell_name(model, lo, hi, seed)
+        step = max(saved_step(TMP / "checkpoints" / name), saved_step(kept_checkpoints() / name))
+        where = f"trained {step + 1} steps so far, checkpointed" if step >= 0 else "not begun"
+        lines.append(f"- {model} [{lo},{hi}] seed {seed}: {where}")
+    return [*lines, ""]
 
 
 def plan_from_settings(settings: dict[str, Any]) -> list[tuple[str, int, int, int]]:

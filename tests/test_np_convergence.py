@@ -158,6 +158,16 @@ def test_progress_shows_finished_training_and_unbegun_cells_of_the_plan(tmp_path
     finished = ["finished (plateau, annealed)", "12", "6", "11", "0.750 (10)"]
     assert rows[("| CANP", "[64,128]", "0")][:5] == finished
     assert rows[("| CIPNP", "[256,512]", "0")][0] == rows[("| CANP", "[256,512]", "0")][0] == "not begun"
+    # the report names each cell without a result and how far its checkpoint got
+    monkeypatch.setattr(nc, "RESULTS", tmp_path / "beside the report")
+    finished_cell = {"model": "CANP", "range": [64, 128], "seed": 0}
+    pending = nc.pending_lines({"settings": vars(args), "cells": [finished_cell]})
+    assert pending[1].startswith("**3 cells of the plan have not finished**")
+    assert pending[3:6] == [
+        f"- CIPNP [64,128] seed 0: trained {training[1]} steps so far, checkpointed",
+        "- CIPNP [256,512] seed 0: not begun",
+        "- CANP [256,512] seed 0: not begun",
+    ]
 
 
 def test_progress_reads_the_checkpoint_file_the_library_writes():
