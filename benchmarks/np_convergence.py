@@ -427,7 +427,8 @@ def pending_lines(results: dict[str, Any]) -> list[str]:
     pending = [cell for cell in plan_from_settings(results["settings"]) if cell not in done]
     if not pending:
         return []
-    head = f"**{len(pending)} cells of the plan have not finished**, so are in none of the tables above"
+    cells = f"{len(pending)} cells of the plan have" if len(pending) > 1 else "1 cell of the plan has"
+    head = f"**{cells} not finished**, so none of the tables above includes them"
     lines = ["", f"{head} (the same command resumes them):", ""]
     for model, lo, hi, seed in pending:
         name = cell_name(model, lo, hi, seed)

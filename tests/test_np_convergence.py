@@ -163,6 +163,8 @@ def test_progress_shows_finished_training_and_unbegun_cells_of_the_plan(tmp_path
     finished_cell = {"model": "CANP", "range": [64, 128], "seed": 0}
     pending = nc.pending_lines({"settings": vars(args), "cells": [finished_cell]})
     assert pending[1].startswith("**3 cells of the plan have not finished**")
+    one = nc.pending_lines({"settings": vars(args) | {"ranges": "64:128"}, "cells": [finished_cell]})
+    assert one[1].startswith("**1 cell of the plan has not finished**") and len(one) == 5
     assert pending[3:6] == [
         f"- CIPNP [64,128] seed 0: trained {training[1]} steps so far, checkpointed",
         "- CIPNP [256,512] seed 0: not begun",
