@@ -16,7 +16,7 @@ TINY_MODEL = {"d_embedding": 8, "n_heads": 2, "n_blocks": 2, "dropout": 0.0}
 def ray_cluster():
     """One local Ray cluster per test process, started by the first test that needs it: the Ray
     tests (map_tasks, tuning, a benchmark's subprocess joining it by address) share it instead of
-    each starting and stopping their own, which on two cores costs more than the tests do."""
+    each starting and stopping their own on the two CI cores."""
     ray = pytest.importorskip("ray")
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     yield ray

@@ -157,7 +157,7 @@ def test_benchmark_cells_on_ray_write_the_serial_records(ray_cluster, tmp_path: 
             "--backend",
             backend,
         ]
-        if backend == "ray":  # joins this process's cluster (starting its own is most of the cost)
+        if backend == "ray":  # joins this process's cluster instead of starting a second one
             cmd += ["--ray-address", ray_cluster.get_runtime_context().gcs_address]
         subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600, cwd=REPO)
         records = pd.read_json(out / "tabular_defaults.jsonl", lines=True)
