@@ -431,9 +431,8 @@ def pending_lines(results: dict[str, Any]) -> list[str]:
     head = f"**{cells} not finished**, so none of the tables above includes them"
     lines = ["", f"{head} (the same command resumes them):", ""]
     for model, lo, hi, seed in pending:
-        name = cell_name(model, lo, hi, seed)
-        step = max(saved_step(TMP / "checkpoints" / name), saved_step(kept_checkpoints() / name))
-        where = f"trained {step + 1} steps so far, checkpointed" if step >= 0 else "not begun"
+        state = furthest_checkpoint(cell_name(model, lo, hi, seed))
+        where = "not begun" if state is None else f"trained {state['step'] + 1} steps so far, checkpointed"
         lines.append(f"- {model} [{lo},{hi}] seed {seed}: {where}")
     return [*lines, ""]
 
@@ -937,10 +936,7 @@ def progress_table(args: argparse.Namespace) -> list[str]:
                 f" {cell.get('anneal_start') or '–'} | {best:.3f} ({cell['best_step']}) | – |"
             )
             continue
-        # this checkout's checkpoint, or the one the last session kept if it is further on
-        saved = [checkpoint_state(d) for d in (TMP / "checkpoints" / name, kept_checkpoints() / name)]
-        state = max(saved, key=lambda st: -1 if st is None else int(st["step"]))
-        if state is None:
+        if (state := furthest_checkpoint(name)) is None:
             lines.append(f"{head} not begun | 0 | – | – | – | – |")
             continue
         history = state["history"]  # 0-based steps in the checkpoint; the report's are 1-based
@@ -956,6 +952,13 @@ def progress_table(args: argparse.Namespace) -> list[str]:
         done = "trained, not collected" if state.get("finished") else "training"
         lines.append(f"{head} {done} | {state['step'] + 1} | {drops} | {anneal} | {best} | {waiting} |")
     return lines
+
+
+def furthest_checkpoint(name: str) -> dict[str, Any] | None:
+    """The training state of cell ``name``: this run's checkpoint, or the one a past session kept
+    (:func:`kept_checkpoints`) if it is further on; None when it has neither."""
+    saved = [checkpoint_state(d) for d in (TMP / "checkpoints" / name, kept_checkpoints() / name)]
+    return max(saved, key=lambda state: -1 if state is None else int(state["step"]))
 
 
 def kept_checkpoints() -> Path:
@@ -1126,8 +1129,9 @@ def cell_command(
 def run_cell(args: argparse.Namespace, kind: str, model: str, lo: int, hi: int, seed: int) -> dict[str, Any]:
     """Run one cell in a subprocess, or reuse its finished result when it is current; a result of
     other code or settings is set aside (``*.stale.json``) and the cell runs again."""
-    path, checkpoints = TMP / f"{kind}_{cell_name(model, lo, hi, seed)}.json", TMP / "checkpoints"
-    if (cell := current_or_set_aside(path, checkpoints / cell_name(model, lo, hi, seed), args)) is not None:
+    name = cell_name(model, lo, hi, seed)
+    path = TMP / f"{kind}_{name}.json"
+    if (cell := current_or_set_aside(path, TMP / "checkpoints" / name, args)) is not None:
         return cell
     command = cell_command(kind, model, lo, hi, seed, path, sys.argv_worker)  # type: ignore[attr-defined]
     env = dict(os.environ)
