@@ -447,7 +447,7 @@ def tune(
     categorical_features: Sequence[str] | None = None,
     validation_fraction: float = 0.2,
     random_state: int = 0,
-    device: str = "cpu",
+    device: str = "auto",
     threads: int | None = None,
     out: str | Path | None = None,
     resume: bool = False,

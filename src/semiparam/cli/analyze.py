@@ -190,7 +190,7 @@ def _plots(out: Path, features: pd.DataFrame, rows: pd.DataFrame | None, maps: d
 
 def add_analyze_parsers(sub: Any) -> None:
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--device", default="cpu")
+        p.add_argument("--device", default="auto", help="auto (CUDA, MPS, else CPU), cpu, cuda:1...")
         p.add_argument("--na-values", help="extra strings read as missing, comma-separated")
         p.add_argument("--quiet", action="store_true")
 

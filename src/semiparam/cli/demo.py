@@ -13,7 +13,7 @@ from sklearn.model_selection import train_test_split
 
 
 def run_demo(
-    max_steps: int | None = None, seed: int = 0, device: str = "cpu", quiet: bool = False
+    max_steps: int | None = None, seed: int = 0, device: str = "auto", quiet: bool = False
 ) -> dict[str, dict[str, float]]:
     """NPT at its defaults (``max_steps`` None: train until the validation loss stops improving)
     beside HistGradientBoosting at its defaults, on one stratified 80/20 split."""

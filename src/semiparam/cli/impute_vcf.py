@@ -83,7 +83,7 @@ def add_impute_vcf_parser(sub: argparse._SubParsersAction) -> None:  # type: ign
         help="copy and knn read and impute the panel in chunks of this many sites (default 20000), "
         "so memory does not grow with the chromosome",
     )
-    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    p.add_argument("--device", default="auto", help="auto (CUDA, MPS, else CPU), cpu, cuda:1...")
     from .main import ray_options
 
     ray_options(p, "the per-window models")

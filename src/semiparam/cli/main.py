@@ -268,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser, training: bool = True) -> None:
-        p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+        p.add_argument("--device", default="auto", help="auto (CUDA, MPS, else CPU), cpu, cuda:1...")
         p.add_argument("--quiet", action="store_true", help="no progress bar")
         p.add_argument("--na-values", help="extra strings read as missing, comma-separated (e.g. '?,NULL')")
         if training:
@@ -317,7 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="NPT beside gradient boosting on scikit-learn's breast cancer data")
     p.add_argument("--steps", type=int, default=None, help="step ceiling (default: the estimator's)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="auto", help="auto (CUDA, MPS, else CPU), cpu, cuda:1...")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_demo)
 

@@ -44,7 +44,7 @@ def add_np_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
     p.add_argument("--max-ctx", type=int, help="most context points per task and draw (default: all but one)")
     p.add_argument("--out", required=True, help="run directory")
     p.add_argument("--force", action="store_true", help="replace an existing run directory")
-    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    p.add_argument("--device", default="auto", help="auto (CUDA, MPS, else CPU), cpu, cuda:1...")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--na-values", help="extra strings read as missing, comma-separated")
     p.add_argument("--quiet", action="store_true")
@@ -61,7 +61,7 @@ def add_np_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
         type=int,
         help="latent draws (ipnp, anp) or bootstrap contexts (banp); default: the model's own (50)",
     )
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="auto", help="auto (CUDA, MPS, else CPU), cpu, cuda:1...")
     p.add_argument("--na-values", help="extra strings read as missing, comma-separated")
     p.set_defaults(func=cmd_np_predict)
 

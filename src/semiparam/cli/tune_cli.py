@@ -77,7 +77,7 @@ def add_tune_parser(sub: Any) -> None:
     p.add_argument("--categorical", help="columns to treat as categorical, comma-separated")
     p.add_argument("--na-values", help="extra strings read as missing, comma-separated")
     p.add_argument("--seed", type=int, default=0, help="split, fits and sampler seed")
-    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    p.add_argument("--device", default="auto", help="auto (CUDA, MPS, else CPU), cpu, cuda:1...")
     p.add_argument("--threads", type=int, help="torch threads per trial (default: as set)")
     p.add_argument("--resume", action="store_true", help="continue the search in --out (serial)")
     p.add_argument("--force", action="store_true", help="replace the files of an earlier search in --out")

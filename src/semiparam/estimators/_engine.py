@@ -35,6 +35,7 @@ from ..models.registry import get_model
 from ..nn.columns import CATEGORICAL, ColumnOutputs
 from ..training.checkpoint import TrainingCheckpoint, fingerprint
 from ..training.config import TrainConfig
+from ..training.device import predict_dtype, resolve_device
 from ..training.distributed import current_group, local_shards, make_shards, resolve_shards
 from ..training.losses import cell_losses, gaussian_std
 from ..training.masking import mask_for_inference
@@ -46,13 +47,6 @@ from ._sampling import DuplicateLookup, RowSampler, permute_targets, split_valid
 FORMAT_VERSION = 1
 
 
-def resolve_device(device: str | torch.device) -> torch.device:
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} requested but CUDA is not available")
-    return dev
-
-
 class TableLearner:
     """One fitted table model (see module docstring)."""
 
@@ -62,7 +56,7 @@ class TableLearner:
         model_config: FrozenConfig,
         train_config: TrainConfig,
         *,
-        device: str | torch.device = "cpu",
+        device: str | torch.device = "auto",
         seed: int = 0,
         verbose: bool | None = None,
     ) -> None:
@@ -251,7 +245,7 @@ class TableLearner:
             local_shards(n_shards, group), self.seed, self.device, lambda: (generator, dropout_generator)
         )
         verbose = self.verbose if group.is_main else False
-        callbacks: list[Any] = [ProgressBar(verbose, f"{self.model_name} fit")]
+        callbacks: list[Any] = [ProgressBar(verbose, f"{self.model_name} fit on {self.device}")]
         evaluate = None
         if len(val_idx):
             callbacks.append(BestCheckpoint(cfg.patience, cfg.smoothing))
@@ -326,14 +320,16 @@ class TableLearner:
         return mask_for_inference(values, missing, hide_columns=hide)
 
     def inference_module(self) -> torch.nn.Module:
-        """The module predictions run on: the trained one, or (``predict_dtype="float64"``) a
-        float64 copy of it. In float64 a row's prediction agrees to ~1e-12 whatever rows share
-        its batch; float32 matrix products round differently with the batch size (~1e-7)."""
+        """The module predictions run on: the trained one, or a copy of it in the dtype of
+        ``predict_dtype`` (``"auto"``: float64 on the CPU, float32 on a GPU). In float64 a row's
+        prediction agrees to ~1e-12 whatever rows share its batch; float32 matrix products round
+        differently with the batch size (~1e-7)."""
         assert self.module is not None
-        if self.train_config.predict_dtype == "float32" or self.device.type == "mps":  # MPS: no float64
+        dtype = predict_dtype(self.device, self.train_config.predict_dtype)
+        if dtype == next(self.module.parameters()).dtype:
             return self.module.eval()
         if self._inference_copy is None:
-            self._inference_copy = copy.deepcopy(self.module).double().eval()
+            self._inference_copy = copy.deepcopy(self.module).to(dtype).eval()
         return self._inference_copy
 
     @torch.no_grad()

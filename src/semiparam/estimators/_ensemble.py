@@ -33,6 +33,7 @@ from .._io import atomic_directory
 from ..data.table import EncodedTable, TableEncoder, TableSchema
 from ..parallel import check_backend, map_tasks
 from ..training.config import TrainConfig
+from ..training.device import autocast_dtype
 from ..training.trainer import TrainHistory
 from ._context import PredictionContext
 from ._engine import FORMAT_VERSION, TableLearner, _json_default, read_model_meta
@@ -138,7 +139,7 @@ class EnsembleLearner:
         train_config: TrainConfig,
         *,
         n_members: int = 1,
-        device: str | torch.device = "cpu",
+        device: str | torch.device = "auto",
         seed: int = 0,
         verbose: bool | None = None,
         backend: str = "serial",
@@ -153,6 +154,7 @@ class EnsembleLearner:
         self.model_config = model_config
         self.train_config = train_config
         self.seed = int(seed)
+        self.verbose = verbose
         budget = train_config.time_budget
         member_config = (
             train_config if budget is None else train_config.replace(time_budget=budget / n_members)
@@ -223,6 +225,8 @@ class EnsembleLearner:
         at (default: now)."""
         start = time.perf_counter() if started is None else started
         self.encoder = encoder
+        if self.verbose:
+            print(f"semiparam: {self.describe_fit()}", file=sys.stderr, flush=True)
         member_dirs = [
             None if checkpoint_dir is None else Path(checkpoint_dir) / f"member_{k}"
             for k in range(len(self.members))
@@ -248,6 +252,13 @@ class EnsembleLearner:
             [m.history for m in self.members if m.history is not None], time.perf_counter() - start
         )
         return self
+
+    def describe_fit(self) -> str:
+        """Where and how the members train, e.g. ``"3 npt members on cuda, bf16 autocast"``."""
+        n = len(self.members)
+        precision = autocast_dtype(self.device, self.train_config.mixed_precision)
+        how = "float32" if precision is None else f"{str(precision).removeprefix('torch.')} autocast"
+        return f"{n} {self.model_name} member{'s' if n > 1 else ''} on {self.device}, {how}"
 
     def use_backend(self, backend: str, ray_address: str | None = None) -> None:
         """Where later fits and large predictions run (``"serial"`` or ``"ray"``)."""

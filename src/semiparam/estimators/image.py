@@ -109,7 +109,7 @@ class _ImageClassifier(ClassifierMixin, ExplainMixin, TableEstimatorMixin):
         n_estimators: int = 1,
         model_options: dict[str, Any] | None = None,
         train_options: dict[str, Any] | None = None,
-        device: str = "cpu",
+        device: str = "auto",
         random_state: Any = None,
         verbose: bool | None = None,
         backend: str = "serial",

@@ -41,7 +41,7 @@ class TableImputer(TransformerMixin, TableEstimatorMixin):
         categorical_features: Sequence[Any] | None = None,
         model_options: dict[str, Any] | None = None,
         train_options: dict[str, Any] | None = None,
-        device: str = "cpu",
+        device: str = "auto",
         random_state: Any = None,
         verbose: bool | None = None,
     ) -> None:

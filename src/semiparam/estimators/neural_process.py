@@ -43,6 +43,7 @@ from ..models.ipnp import CIPNPConfig, CIPNPModule, IPNPConfig, IPNPModule
 from ..models.np_base import NeuralProcess, NPConfig
 from ..models.tnpd import TNPDConfig, TNPDModule
 from ..training.checkpoint import TrainingCheckpoint, fingerprint
+from ..training.device import resolve_device
 from ..training.np_loop import NPTrainConfig, NPTrainHistory, TaskSource, train_neural_process
 from ..training.seeding import seeded_build
 from ._np_inputs import ArrayLike, Tasks, check_samples, returns_numpy, validate_tasks
@@ -71,7 +72,8 @@ class NeuralProcessEstimator:
 
     Parameters: ``config`` (the model's config dataclass; keyword ``options`` override its fields,
     e.g. ``d_model=64``), ``random_state`` (seeds weight initialisation, training noise and the
-    latent or bootstrap draws of prediction), ``device`` (``"cpu"``, ``"cuda"``, ...).
+    latent or bootstrap draws of prediction), ``device`` (``"auto"``: CUDA, then MPS, else the
+    CPU; ``"cpu"``, ``"cuda"``, ...).
     """
 
     _config_cls: type[NPConfig] = NPConfig
@@ -83,7 +85,7 @@ class NeuralProcessEstimator:
         config: NPConfig | None = None,
         *,
         random_state: int | None = None,
-        device: str | torch.device = "cpu",
+        device: str | torch.device = "auto",
         **options: Any,
     ) -> None:
         if config is not None and not isinstance(config, self._config_cls):
@@ -93,7 +95,7 @@ class NeuralProcessEstimator:
         base = config if config is not None else self._config_cls()
         self.config = self._config_cls.from_dict(options, base=base) if options else base
         self.random_state = random_state
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
         self.module_: NPModule | None = None
         self.config_: NPConfig | None = None  # resolved config the module was built with
         self.train_config_: NPTrainConfig | None = None
@@ -455,7 +457,7 @@ class NeuralProcessEstimator:
         return path
 
     @classmethod
-    def load(cls, path: str | Path, *, device: str | torch.device = "cpu") -> NeuralProcessEstimator:
+    def load(cls, path: str | Path, *, device: str | torch.device = "auto") -> NeuralProcessEstimator:
         """Read a model written by :meth:`save`. Called on this base class it returns whichever
         model was saved; on a subclass the saved model must be of that class."""
         path = Path(path)
@@ -574,6 +576,6 @@ def _numpy(t: Tensor) -> np.ndarray:
     return t.detach().cpu().numpy()
 
 
-def load_neural_process(path: str | Path, *, device: str | torch.device = "cpu") -> NeuralProcessEstimator:
+def load_neural_process(path: str | Path, *, device: str | torch.device = "auto") -> NeuralProcessEstimator:
     """Load any saved neural process (CIPNP, IPNP, CANP, ANP, BANP or TNPD)."""
     return NeuralProcessEstimator.load(path, device=device)

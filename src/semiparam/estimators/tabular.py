@@ -122,7 +122,10 @@ _PARAMS_DOC = """
     model_options, train_options : dict, optional
         Further ``ModelConfig`` / ``TrainConfig`` fields; unknown keys raise.
     device : str
-        ``"cpu"``, ``"cuda"``, ``"cuda:1"``...
+        ``"auto"`` (default: CUDA when available, then Apple's MPS, else the CPU; verbose output
+        says which), ``"cpu"``, ``"cuda"``, ``"cuda:1"``... On CUDA training runs under bf16
+        autocast and predictions in float32 (``train_options`` ``mixed_precision`` and
+        ``predict_dtype`` choose otherwise).
     random_state : int, RandomState or None
     verbose : bool or None
         Progress bar; None shows it only on a terminal.
@@ -155,7 +158,7 @@ class TableClassifier(ClassifierMixin, _SupervisedTableEstimator):
         categorical_features: Sequence[Any] | None = None,
         model_options: dict[str, Any] | None = None,
         train_options: dict[str, Any] | None = None,
-        device: str = "cpu",
+        device: str = "auto",
         random_state: Any = None,
         verbose: bool | None = None,
         backend: str = "serial",
@@ -252,7 +255,7 @@ class TableRegressor(RegressorMixin, _ContinuousLossMixin, _SupervisedTableEstim
         categorical_features: Sequence[Any] | None = None,
         model_options: dict[str, Any] | None = None,
         train_options: dict[str, Any] | None = None,
-        device: str = "cpu",
+        device: str = "auto",
         random_state: Any = None,
         verbose: bool | None = None,
         backend: str = "serial",
@@ -356,7 +359,7 @@ class TablePredictor(_ContinuousLossMixin, _SupervisedTableEstimator):
         categorical_features: Sequence[Any] | None = None,
         model_options: dict[str, Any] | None = None,
         train_options: dict[str, Any] | None = None,
-        device: str = "cpu",
+        device: str = "auto",
         random_state: Any = None,
         verbose: bool | None = None,
         backend: str = "serial",

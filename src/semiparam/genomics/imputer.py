@@ -160,7 +160,7 @@ class GenotypeImputer:
         copying: dict[str, Any] | None = None,
         model_options: dict[str, Any] | None = None,
         train_options: dict[str, Any] | None = None,
-        device: str = "cpu",
+        device: str = "auto",
         random_state: int = 0,
         verbose: bool | None = None,
         log: Callable[[str], None] | None = None,

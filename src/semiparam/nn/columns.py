@@ -52,6 +52,10 @@ class ColumnOutputs:
     def rows(self, index: Tensor | slice) -> ColumnOutputs:
         return ColumnOutputs(self.continuous[index], [c[index] for c in self.categorical])
 
+    def float(self) -> ColumnOutputs:
+        """The outputs in float32 (those of a forward pass under bf16 autocast)."""
+        return ColumnOutputs(self.continuous.float(), [c.float() for c in self.categorical])
+
 
 class ColumnEmbedding(nn.Module):
     """``(values, hidden) (n, d) -> (n, d, d_embedding)``."""
@@ -76,6 +80,11 @@ class ColumnEmbedding(nn.Module):
         for c in cards[:-1]:
             offsets.append(offsets[-1] + c)
         self.register_buffer("cat_offsets", torch.tensor(offsets, dtype=torch.long), persistent=False)
+        # position of column j among the continuous then categorical embeddings: the forward
+        # concatenates the two and reorders, no in-place writes (which torch.func.vmap, used to
+        # train ensemble members together, cannot batch)
+        order = torch.argsort(torch.tensor(list(cont) + list(cat), dtype=torch.long))
+        self.register_buffer("column_order", order, persistent=False)
         # nn.Linear's default init draws U(-1/sqrt(fan_in), 1/sqrt(fan_in)); fan_in = e_j + 1.
         bound_cont = 1.0 / math.sqrt(2.0)
         self.cont_value = nn.Parameter(_uniform((len(cont), d_embedding), bound_cont))
@@ -120,7 +129,7 @@ class ColumnEmbedding(nn.Module):
         n, d = values.shape
         if d != self.layout.n_columns:
             raise ValueError(f"expected {self.layout.n_columns} columns, got {d}")
-        out = values.new_zeros(n, d, self.d_embedding)
+        parts: list[Tensor] = []
         m = hidden.to(values.dtype)
         if self.cont_idx.numel():
             x = values[:, self.cont_idx] * (1.0 - m[:, self.cont_idx])  # hidden value -> 0
@@ -128,7 +137,7 @@ class ColumnEmbedding(nn.Module):
             cont = x.unsqueeze(-1) * self.cont_value + mc * self.cont_mask + self.cont_bias
             if self.n_frequencies:
                 cont = cont + self._periodic(x) * (1.0 - mc)
-            out[:, self.cont_idx] = cont
+            parts.append(cont)  # (n, n_cont, e)
         if self.cat_idx.numel():
             mk = hidden[:, self.cat_idx]
             codes = values[:, self.cat_idx].long().masked_fill(mk, 0)  # hidden -> any valid code
@@ -137,7 +146,9 @@ class ColumnEmbedding(nn.Module):
             # F.embedding's backward sums them in a fixed order
             emb = F.embedding(codes + self.cat_offsets, self.cat_table)  # (n, n_cat, e)
             mc = mk.to(values.dtype).unsqueeze(-1)
-            out[:, self.cat_idx] = emb * (1.0 - mc) + mc * self.cat_mask + self.cat_bias
+            parts.append(emb * (1.0 - mc) + mc * self.cat_mask + self.cat_bias)  # (n, n_cat, e)
+        # (n, d, e) in column order (a permutation: its backward has no repeated index)
+        out = torch.cat(parts, dim=1).index_select(1, self.column_order)
         out = out + self.index_embedding.weight
         if self.use_type:
             out = out + self.type_embedding(self.col_type)

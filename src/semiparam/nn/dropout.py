@@ -4,14 +4,16 @@ A fit seeds its own ``torch.Generator`` and hands it to every module that draws 
 (:func:`set_dropout_generator`): two models fitted at once in two threads then draw what each would
 draw alone, and the caller's global random state is never read or advanced while training.
 
-On the CPU the masks are those PyTorch's own dropout draws from a global generator in the same
-state (the same Bernoulli draws, scaled and multiplied in the same order), so a fit whose generator
-starts where the global one would have been gives bit-for-bit the same model. Without a generator
+The masks are drawn as 16-bit uniform integers, four to each 64-bit draw of the generator: on a
+CPU, PyTorch's ``bernoulli_`` (and ``F.dropout``) draw one value per element and cost more than
+the matrix products the dropout guards (``benchmarks/fit_cost.py`` profiles a fit). The keep
+probability is therefore ``1 - p`` rounded to a multiple of 1/65,536. Without a generator
 (``None``) the module is plain :func:`torch.nn.functional.dropout`.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -31,9 +33,26 @@ def dropout(
         return F.dropout(x, p)
     if p == 1.0:
         return x * torch.zeros_like(x)
-    noise = torch.empty_like(x).bernoulli_(1.0 - p, generator=generator)
-    noise.div_(1.0 - p)
-    return x * noise
+    return x * keep_mask(x.shape, p, generator, x.device).to(x.dtype) * (1.0 / (1.0 - p))
+
+
+_LEVELS = 1 << 16  # a mask element is one 16-bit draw
+
+
+def keep_mask(
+    shape: torch.Size | tuple[int, ...], p: float, generator: torch.Generator, device: torch.device
+) -> Tensor:
+    """A bool tensor of ``shape``, each element False with probability ``p`` (to 1/65,536) and
+    independent: 64-bit draws of ``generator`` read as four 16-bit integers each, an element kept
+    when its integer is at least the threshold."""
+    numel = math.prod(shape)
+    words = torch.empty((numel + 3) // 4, dtype=torch.int64, device=device)
+    # the full 64-bit range: every 16-bit lane of a word is uniform (a narrower range leaves the
+    # top lane's sign bit clear)
+    words.random_(-(1 << 63), (1 << 63) - 1, generator=generator)
+    lanes = words.view(torch.int16)[:numel]  # each uniform on [-32768, 32767]
+    threshold = round(p * _LEVELS) - (_LEVELS // 2)
+    return (lanes >= threshold).view(shape)
 
 
 class Dropout(nn.Dropout):
@@ -77,4 +96,4 @@ def replaying(fn: Callable[..., Any], generator: torch.Generator | None) -> Call
     return run
 
 
-__all__ = ["Dropout", "dropout", "replaying", "set_dropout_generator"]
+__all__ = ["Dropout", "dropout", "keep_mask", "replaying", "set_dropout_generator"]

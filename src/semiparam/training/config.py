@@ -60,8 +60,13 @@ class TrainConfig(FrozenConfig):
     max_context_rows: int = 8192  # training rows a prediction attends to (sampled if more)
     predict_batch_size: int = 512  # query rows per forward pass at prediction
     # float64 makes a prediction independent of its batch to ~1e-12 (float32: ~1e-7), at about
-    # twice the cost of float32 prediction on a CPU; training always runs in float32
-    predict_dtype: Literal["float64", "float32"] = "float64"
+    # twice the cost of float32 prediction on a CPU and many times it on most GPUs. "auto":
+    # float64 on the CPU, float32 on a GPU (training.device.predict_dtype)
+    predict_dtype: Literal["auto", "float64", "float32"] = "auto"
+    # the training forward pass under autocast: "auto" is bf16 on CUDA and float32 elsewhere,
+    # "bf16" bf16 on any device, "off" float32 everywhere. Weights, optimiser state, the loss and
+    # validation stay float32 (training.device.autocast_dtype)
+    mixed_precision: Literal["auto", "bf16", "off"] = "auto"
     # NOTE[DIFF]: the papers standardise continuous features; "quantile" maps each continuous
     # feature through scikit-learn's QuantileTransformer to a normal distribution (fitted on
     # training rows), which removes skew and outliers (the RealMLP / TabM recipe). Targets are

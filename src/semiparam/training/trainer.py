@@ -20,6 +20,7 @@ from ..nn.columns import ColumnLayout, ColumnOutputs
 from ..nn.dropout import set_dropout_generator
 from .checkpoint import TrainingCheckpoint, rng_state, set_rng_state
 from .config import TrainConfig
+from .device import autocast, autocast_dtype
 from .distributed import ProcessGroup, Shard, current_group, shard_rows
 from .engine import BatchSource, BestCheckpoint, Callback, Engine, ProgressBar, TrainHistory
 from .losses import npt_loss
@@ -78,6 +79,9 @@ class Trainer(Engine):
         self.policy = config.masking()
         self.target_columns = target_columns
         self.cardinalities = torch.tensor(layout.cardinalities, device=target_columns.device)
+        self.device = target_columns.device
+        # the forward pass under autocast (bf16 on CUDA by default); the loss in float32
+        self.autocast_dtype = autocast_dtype(self.device, config.mixed_precision)
         self.forward = forward or (lambda m, v, h: m(v, h))
         group = group or current_group()
         if shards is None:
@@ -118,9 +122,10 @@ class Trainer(Engine):
             generator=self.generator,
             revealed_rows=batch.revealed,
         )
-        outputs = self.forward(self.model, masked.values, masked.hidden)
+        with autocast(self.device, self.autocast_dtype):
+            outputs = self.forward(self.model, masked.values, masked.hidden)
         return npt_loss(
-            outputs,
+            outputs.float(),
             batch.values,
             masked.score_target,
             masked.score_feature,
@@ -165,9 +170,10 @@ class Trainer(Engine):
                 generator=shard.generator,
                 revealed_rows=None if batch.revealed is None else batch.revealed[rows],
             )
-            outputs = self.forward(module, masked.values, masked.hidden)
+            with autocast(self.device, self.autocast_dtype):
+                outputs = self.forward(module, masked.values, masked.hidden)
             loss, stats = npt_loss(
-                outputs,
+                outputs.float(),
                 batch.values[rows],
                 masked.score_target,
                 masked.score_feature,
