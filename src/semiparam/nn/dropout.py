@@ -33,7 +33,8 @@ def dropout(
         return F.dropout(x, p)
     if p == 1.0:
         return x * torch.zeros_like(x)
-    return x * keep_mask(x.shape, p, generator, x.device).to(x.dtype) * (1.0 / (1.0 - p))
+    noise = keep_mask(x.shape, p, generator, x.device).to(x.dtype).mul_(1.0 / (1.0 - p))
+    return x * noise  # one product to differentiate
 
 
 _LEVELS = 1 << 16  # a mask element is one 16-bit draw
