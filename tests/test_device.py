@@ -120,3 +120,17 @@ def test_npt_forward_batches_over_members_with_vmap() -> None:
         own = member(values, hidden)
         torch.testing.assert_close(stacked[0][k], own.continuous)
         torch.testing.assert_close(stacked[1][k], own.categorical[0])
+
+
+def test_compiled_training_step_learns_the_same_model() -> None:
+    """train_options={"compile": True} runs the training forward through torch.compile: the
+    same computation, so the same fit up to float rounding."""
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(50, 2))
+    y = X[:, 0] - X[:, 1]
+    small = {"d_embedding": 4, "n_heads": 2, "n_blocks": 2, "n_frequencies": 0}
+    kwargs = dict(random_state=0, max_steps=8, n_estimators=1, device="cpu", model_options=small)
+    eager = NPTRegressor(**kwargs).fit(X, y)
+    compiled = NPTRegressor(**kwargs, train_options={"compile": True}).fit(X, y)
+    np.testing.assert_allclose(compiled.history_.train_loss, eager.history_.train_loss, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(compiled.predict(X), eager.predict(X), rtol=1e-4, atol=1e-4)

@@ -67,6 +67,9 @@ class TrainConfig(FrozenConfig):
     # "bf16" bf16 on any device, "off" float32 everywhere. Weights, optimiser state, the loss and
     # validation stay float32 (training.device.autocast_dtype)
     mixed_precision: Literal["auto", "bf16", "off"] = "auto"
+    # torch.compile the training forward pass: faster steps once compiled, but compiling takes
+    # tens of seconds (more than a small table's whole fit on a CPU), so it is off by default
+    compile: bool = False
     # NOTE[DIFF]: the papers standardise continuous features; "quantile" maps each continuous
     # feature through scikit-learn's QuantileTransformer to a normal distribution (fitted on
     # training rows), which removes skew and outliers (the RealMLP / TabM recipe). Targets are

@@ -102,6 +102,9 @@ class Trainer(Engine):
             generators={"masking": self.generator, "dropout": self.dropout_generator},
             group=group,
         )
+        # the module a training step runs: the model, or torch.compile's version of it (which
+        # shares its parameters)
+        self.step_module: nn.Module = torch.compile(model) if config.compile else model  # type: ignore[assignment]
         self.ddp: nn.Module | None = None
         if self.group.distributed:
             from torch.nn.parallel import DistributedDataParallel
@@ -123,7 +126,7 @@ class Trainer(Engine):
             revealed_rows=batch.revealed,
         )
         with autocast(self.device, self.autocast_dtype):
-            outputs = self.forward(self.model, masked.values, masked.hidden)
+            outputs = self.forward(self.step_module, masked.values, masked.hidden)
         return npt_loss(
             outputs.float(),
             batch.values,
