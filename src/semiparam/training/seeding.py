@@ -24,10 +24,8 @@ _GLOBAL_GENERATOR = threading.Lock()
 def seeded_build(build: Callable[[], M], seed: int, device: torch.device) -> tuple[M, torch.Generator]:
     """``build()`` with the global generator seeded by ``seed`` (restored afterwards), and the
     generator the model's dropout draws from. On the CPU that generator starts where the global
-    one stands after the build: the masks a fit drawing its dropout from the global generator would
-    get, so a seeded fit gives the same model as before this generator existed. On other devices it
-    is a fresh generator of the device seeded by ``seed`` (the state the device's global generator
-    is in after seeding)."""
+    one stands after the build; on other devices it is a fresh generator of the device seeded by
+    ``seed`` (the state the device's global generator is in after seeding)."""
     devices = [device.index or 0] if device.type == "cuda" else []
     with _GLOBAL_GENERATOR, torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
