@@ -19,7 +19,8 @@ import copy
 import json
 import math
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,17 @@ from ._context import PredictionContext
 from ._sampling import DuplicateLookup, RowSampler, permute_targets, split_validation, stratified_order
 
 FORMAT_VERSION = 1
+
+
+@dataclass
+class TrainingSetup:
+    """What one learner's training reads (:meth:`TableLearner.training_setup`)."""
+
+    sampler: RowSampler | DuplicateLookup
+    generator: torch.Generator  # masking draws
+    callbacks: list[Any]
+    evaluate: Callable[[], float] | None = None
+    validation: tuple[EncodedTable, EncodedTable] | None = None  # (context, validation rows)
 
 
 class TableLearner:
@@ -184,6 +196,54 @@ class TableLearner:
         an uninterrupted fit with the same seed) or starts afresh when there is none. A checkpoint
         of other data, settings or seed raises ``CheckpointMismatchError``."""
         cfg = self.train_config
+        setup = self.training_setup(encoder, enc, enc_u)
+        checkpoint, state = None, None
+        if checkpoint_dir is not None:
+            checkpoint = TrainingCheckpoint(
+                checkpoint_dir,
+                self._fingerprint(encoder, enc, enc_u),
+                every_steps=cfg.checkpoint_every_steps,
+                every_seconds=cfg.checkpoint_every_seconds,
+            )
+            if checkpoint.path.exists() and not resume:
+                raise FileExistsError(
+                    f"{checkpoint.path} holds the checkpoint of an earlier fit; pass resume=True "
+                    "(--resume) to continue it, or remove it to start afresh"
+                )
+            state = checkpoint.read(map_location=self.device) if resume else None
+        self.module, dropout_generator = seeded_build(self._build_module, self.seed, self.device)
+        # row shards of each step and the processes sharing them (training.distributed)
+        group = current_group()
+        resumed_shards = None
+        if state is not None and not state["finished"]:
+            resumed_shards = int(state.get("n_shards", 1))
+        n_shards = resolve_shards(cfg.shards, group, resumed_shards)
+        generator = setup.generator
+        shards = make_shards(
+            local_shards(n_shards, group), self.seed, self.device, lambda: (generator, dropout_generator)
+        )
+        callbacks = setup.callbacks if group.is_main else [ProgressBar(False), *setup.callbacks[1:]]
+        trainer = Trainer(
+            self.module,
+            self.schema.layout(),
+            self.target_mask(),
+            cfg,
+            callbacks=callbacks,
+            shards=shards,
+            n_shards=n_shards,
+            group=group,
+        )
+        self.history = trainer.fit(setup.sampler, setup.evaluate, checkpoint=checkpoint, resume=state)
+        self.finish_fit(setup, enc)
+        return self
+
+    def training_setup(
+        self, encoder: TableEncoder, enc: EncodedTable, enc_u: EncodedTable | None
+    ) -> TrainingSetup:
+        """What this learner's training reads, drawn from its seed: the validation split, the
+        rows of every step, the masking generator, the validation loss and the callbacks (progress
+        bar first, then the best checkpoint when there is a validation split)."""
+        cfg = self.train_config
         self.encoder = encoder
         schema = encoder.schema
         rng = np.random.default_rng(self.seed)
@@ -218,37 +278,13 @@ class TableLearner:
         lookup = cfg.training_task == "duplicate_lookup"
         if lookup:
             sampler = DuplicateLookup(sampler, schema.target_indices, cfg.lookup_shuffle_targets)
-        checkpoint, state = None, None
-        if checkpoint_dir is not None:
-            checkpoint = TrainingCheckpoint(
-                checkpoint_dir,
-                self._fingerprint(encoder, enc, enc_u),
-                every_steps=cfg.checkpoint_every_steps,
-                every_seconds=cfg.checkpoint_every_seconds,
-            )
-            if checkpoint.path.exists() and not resume:
-                raise FileExistsError(
-                    f"{checkpoint.path} holds the checkpoint of an earlier fit; pass resume=True "
-                    "(--resume) to continue it, or remove it to start afresh"
-                )
-            state = checkpoint.read(map_location=self.device) if resume else None
-
-        self.module, dropout_generator = seeded_build(self._build_module, self.seed, self.device)
-        generator = torch.Generator(device=self.device).manual_seed(self.seed)
-        # row shards of each step and the processes sharing them (training.distributed)
-        group = current_group()
-        resumed_shards = None
-        if state is not None and not state["finished"]:
-            resumed_shards = int(state.get("n_shards", 1))
-        n_shards = resolve_shards(cfg.shards, group, resumed_shards)
-        shards = make_shards(
-            local_shards(n_shards, group), self.seed, self.device, lambda: (generator, dropout_generator)
+        setup = TrainingSetup(
+            sampler=sampler,
+            generator=torch.Generator(device=self.device).manual_seed(self.seed),
+            callbacks=[ProgressBar(self.verbose, f"{self.model_name} fit on {self.device}")],
         )
-        verbose = self.verbose if group.is_main else False
-        callbacks: list[Any] = [ProgressBar(verbose, f"{self.model_name} fit on {self.device}")]
-        evaluate = None
         if len(val_idx):
-            callbacks.append(BestCheckpoint(cfg.patience, cfg.smoothing))
+            setup.callbacks.append(BestCheckpoint(cfg.patience, cfg.smoothing))
             val = EncodedTable(enc.values[val_idx], enc.missing[val_idx])
             ctx = EncodedTable(enc.values[train_idx], enc.missing[train_idx])
             if lookup:  # each validation row is predicted from its duplicate
@@ -257,25 +293,18 @@ class TableLearner:
                     shuffled = permute_targets(val.values, val.missing, schema.target_indices, perm)
                     val = EncodedTable(*shuffled)
                 ctx = val
-            evaluate = lambda: self._target_loss(ctx, val)  # noqa: E731
-        trainer = Trainer(
-            self.module,
-            self.schema.layout(),
-            self.target_mask(),
-            cfg,
-            callbacks=callbacks,
-            shards=shards,
-            n_shards=n_shards,
-            group=group,
-        )
-        self.history = trainer.fit(sampler, evaluate, checkpoint=checkpoint, resume=state)
+            setup.validation = (ctx, val)
+            setup.evaluate = lambda: self._target_loss(ctx, val)
+        return setup
+
+    def finish_fit(self, setup: TrainingSetup, enc: EncodedTable) -> None:
+        """After training: temperature scaling on the validation rows, then the context (every
+        labelled row, train and validation, as the paper's test mode)."""
         self._inference_copy = None
         self.temperatures = {}
-        if cfg.calibrate and len(val_idx):
-            self._calibrate(ctx, val)
-        # predict from every labelled row (train + validation), as the paper's test mode does
+        if self.train_config.calibrate and setup.validation is not None:
+            self._calibrate(*setup.validation)
         self.set_context(EncodedTable(enc.values, enc.missing))
-        return self
 
     @property
     def keeps_training_rows(self) -> bool:

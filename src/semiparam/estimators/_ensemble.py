@@ -34,7 +34,10 @@ from ..data.table import EncodedTable, TableEncoder, TableSchema
 from ..parallel import check_backend, map_tasks
 from ..training.config import TrainConfig
 from ..training.device import autocast_dtype
-from ..training.trainer import TrainHistory
+from ..training.distributed import current_group
+from ..training.members import MemberPlan, train_members
+from ..training.seeding import seeded_build
+from ..training.trainer import ProgressBar, TrainHistory
 from ._context import PredictionContext
 from ._engine import FORMAT_VERSION, TableLearner, _json_default, read_model_meta
 
@@ -226,12 +229,14 @@ class EnsembleLearner:
         start = time.perf_counter() if started is None else started
         self.encoder = encoder
         if self.verbose:
-            print(f"semiparam: {self.describe_fit()}", file=sys.stderr, flush=True)
+            print(f"semiparam: {self.describe_fit(checkpoint_dir)}", file=sys.stderr, flush=True)
         member_dirs = [
             None if checkpoint_dir is None else Path(checkpoint_dir) / f"member_{k}"
             for k in range(len(self.members))
         ]
-        if self.backend == "serial" or len(self.members) == 1:
+        if self.trains_together(checkpoint_dir):
+            self._fit_together(enc, enc_u)
+        elif self.backend == "serial" or len(self.members) == 1:
             for member, member_dir in zip(self.members, member_dirs, strict=True):
                 member.fit_encoded(self.encoder, enc, enc_u, checkpoint_dir=member_dir, resume=resume)
         else:
@@ -253,12 +258,57 @@ class EnsembleLearner:
         )
         return self
 
-    def describe_fit(self) -> str:
+    def trains_together(self, checkpoint_dir: str | Path | None = None) -> bool:
+        """Whether the members train as one stacked model (``TrainConfig.members_together``, see
+        ``training.members``) rather than one after another."""
+        c = self.train_config
+        wanted = c.members_together == "always" or (
+            c.members_together == "auto" and self.device.type != "cpu"
+        )
+        return (
+            wanted
+            and len(self.members) > 1
+            and self.backend == "serial"
+            and checkpoint_dir is None
+            and current_group().world_size == 1
+            and c.shards in (None, 1)
+            and c.clip_mode != "norm"  # a norm clip would mix the members' gradients
+            and c.training_task == "masked"
+            and not c.compile
+            # images: their patch embeddings are not written for torch.func (not measured either)
+            and getattr(self.model_config, "image_channels", 0) == 0
+        )
+
+    def _fit_together(self, enc: EncodedTable, enc_u: EncodedTable | None) -> None:
+        assert self.encoder is not None
+        plans, setups = [], []
+        for member in self.members:
+            member.train_config = self.train_config  # one time budget for all: they train at once
+            setup = member.training_setup(self.encoder, enc, enc_u)
+            if member is not self.members[0]:  # one progress bar, the first member's
+                setup.callbacks[0] = ProgressBar(False)
+            member.module, _ = seeded_build(member._build_module, member.seed, member.device)
+            plans.append(
+                MemberPlan(member.module, setup.sampler, setup.generator, setup.evaluate, setup.callbacks)
+            )
+            setups.append(setup)
+        # one dropout stream for the stack, from the ensemble's seed
+        dropout = torch.Generator(device=self.device).manual_seed(self.seed)
+        first = self.members[0]
+        histories = train_members(
+            plans, first.schema.layout(), first.target_mask(), self.train_config, dropout
+        )
+        for member, setup, history in zip(self.members, setups, histories, strict=True):
+            member.history = history
+            member.finish_fit(setup, enc)
+
+    def describe_fit(self, checkpoint_dir: str | Path | None = None) -> str:
         """Where and how the members train, e.g. ``"3 npt members on cuda, bf16 autocast"``."""
         n = len(self.members)
         precision = autocast_dtype(self.device, self.train_config.mixed_precision)
         how = "float32" if precision is None else f"{str(precision).removeprefix('torch.')} autocast"
-        return f"{n} {self.model_name} member{'s' if n > 1 else ''} on {self.device}, {how}"
+        together = ", trained together" if self.trains_together(checkpoint_dir) else ""
+        return f"{n} {self.model_name} member{'s' if n > 1 else ''} on {self.device}, {how}{together}"
 
     def use_backend(self, backend: str, ray_address: str | None = None) -> None:
         """Where later fits and large predictions run (``"serial"`` or ``"ray"``)."""

@@ -47,10 +47,13 @@ def keep_mask(
     independent: 64-bit draws of ``generator`` read as four 16-bit integers each, an element kept
     when its integer is at least the threshold."""
     numel = math.prod(shape)
-    words = torch.empty((numel + 3) // 4, dtype=torch.int64, device=device)
     # the full 64-bit range: every 16-bit lane of a word is uniform (a narrower range leaves the
-    # top lane's sign bit clear)
-    words.random_(-(1 << 63), (1 << 63) - 1, generator=generator)
+    # top lane's sign bit clear). A new tensor, not random_() in place: under torch.func.vmap
+    # (ensemble members trained together) each member then gets its own draws
+    size = ((numel + 3) // 4,)
+    words = torch.randint(
+        -(1 << 63), (1 << 63) - 1, size, dtype=torch.int64, generator=generator, device=device
+    )
     lanes = words.view(torch.int16)[:numel]  # each uniform on [-32768, 32767]
     threshold = round(p * _LEVELS) - (_LEVELS // 2)
     return (lanes >= threshold).view(shape)

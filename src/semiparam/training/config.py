@@ -70,6 +70,13 @@ class TrainConfig(FrozenConfig):
     # torch.compile the training forward pass: faster steps once compiled, but compiling takes
     # tens of seconds (more than a small table's whole fit on a CPU), so it is off by default
     compile: bool = False
+    # the members of an ensemble trained as one stacked model, one step for all of them
+    # (training.members), or one after another. "auto": together on a GPU, where a small table's
+    # step is launch overhead; one after another on a CPU, where the step is arithmetic and the
+    # stacked (batched) matrix products run slower than the members' own
+    # (benchmarks/results/fit_cost.md). Checkpointed fits, Ray, several processes, row shards,
+    # norm clipping, compile and the lookup task always train members one after another.
+    members_together: Literal["auto", "always", "never"] = "auto"
     # NOTE[DIFF]: the papers standardise continuous features; "quantile" maps each continuous
     # feature through scikit-learn's QuantileTransformer to a normal distribution (fitted on
     # training rows), which removes skew and outliers (the RealMLP / TabM recipe). Targets are

@@ -310,6 +310,67 @@ class Engine:
             factor = 1.0
         return c.learning_rate * factor
 
+    # -- the pieces of a step that do not depend on how the loss is computed (also used by
+    # training.members, which steps several models as one)
+    def check_limits(self, step: int, elapsed: Callable[[], float]) -> bool:
+        """Before ``step``: start the adaptive anneal when the step ceiling or the time budget
+        (``elapsed()`` seconds so far) comes near; True when a fixed schedule's budget is spent
+        and training stops now."""
+        c = self.config
+        if self.adaptive and self.anneal_start is None:
+            spent = 0.0
+            if c.time_budget is not None:
+                spent = self.group.broadcast(elapsed())  # every process stops together
+            # the adaptive schedule anneals before the ceiling: anneal = anneal_fraction x steps run
+            if step == int(c.max_steps / (1.0 + c.anneal_fraction)):
+                self.request_stop(step - 1, "max_steps")
+            elif c.time_budget is not None and spent * (1.0 + c.anneal_fraction) >= c.time_budget:
+                self.request_stop(step - 1, "time_budget")
+        elif not self.adaptive and c.time_budget is not None:
+            if self.group.broadcast(elapsed()) >= c.time_budget:
+                self.request_stop(step - 1, "time_budget")
+                return True
+        return False
+
+    def record_step(self, step: int, stats: dict[str, float]) -> None:
+        """After a step: check its loss is finite, log it, tell the callbacks."""
+        if not math.isfinite(stats["loss"]):
+            raise FloatingPointError(
+                f"training loss became {stats['loss']} at step {step}; lower learning_rate"
+            )
+        self.history.steps.append(step)
+        self.history.train_loss.append(stats["loss"])
+        for cb in self.callbacks:
+            cb.on_step_end(self, step, stats)
+
+    def annealed(self, step: int) -> bool:
+        """Whether the adaptive schedule's final anneal ends with ``step``."""
+        return self.anneal_start is not None and step + 1 >= self.anneal_start + self.anneal_steps
+
+    def evaluates_at(self, step: int) -> bool:
+        """Validation runs every ``eval_every`` steps and after the last one."""
+        last = step == self.config.max_steps - 1 or self.annealed(step)
+        return (step + 1) % self.config.eval_every == 0 or last
+
+    def record_eval(self, step: int, val_loss: float, seconds: float) -> None:
+        self.history.eval_seconds += seconds
+        self.history.eval_steps.append(step)
+        self.history.val_loss.append(val_loss)
+        for cb in self.callbacks:
+            cb.on_eval(self, step, val_loss)
+
+    def finish(self, seconds: float) -> None:
+        """Training is over: say why in the history, let the callbacks restore their weights."""
+        if self.anneal_start is not None:
+            self.history.stop_reason = f"{self._stop_reason}, annealed"
+            # a plateau ended the run (after its anneal) before the step ceiling
+            self.history.stopped_early = self._stop_reason == "plateau"
+        else:
+            self.history.stop_reason = self._stop_reason or "max_steps"
+        for cb in self.callbacks:
+            cb.on_train_end(self)
+        self.history.seconds = seconds
+
     def fit(
         self,
         next_batch: BatchSource,
@@ -352,59 +413,27 @@ class Engine:
             if self.group.is_main:  # the processes hold the same state; the first writes it
                 checkpoint.write(state)
 
-        # the adaptive schedule anneals before the ceiling: anneal = anneal_fraction x steps run
-        ceiling_anneal = int(c.max_steps / (1.0 + c.anneal_fraction)) if self.adaptive else None
         for cb in self.callbacks:
             cb.on_train_begin(self)
         step = self.start_step - 1
         for step in range(self.start_step, c.max_steps):
-            if self.adaptive and self.anneal_start is None:
-                elapsed = time.perf_counter() - start
-                if c.time_budget is not None:
-                    elapsed = self.group.broadcast(elapsed)  # every process stops together
-                if step == ceiling_anneal:
-                    self.request_stop(step - 1, "max_steps")
-                elif c.time_budget is not None and elapsed * (1.0 + c.anneal_fraction) >= c.time_budget:
-                    self.request_stop(step - 1, "time_budget")
-            elif not self.adaptive and c.time_budget is not None:
-                if self.group.broadcast(time.perf_counter() - start) >= c.time_budget:
-                    self.request_stop(step - 1, "time_budget")
-                    break
+            if self.check_limits(step, lambda: time.perf_counter() - start):
+                break
             stats = self.train_step(next_batch(step), step)
-            if not torch.isfinite(torch.tensor(stats["loss"])):
-                raise FloatingPointError(
-                    f"training loss became {stats['loss']} at step {step}; lower learning_rate"
-                )
-            self.history.steps.append(step)
-            self.history.train_loss.append(stats["loss"])
-            for cb in self.callbacks:
-                cb.on_step_end(self, step, stats)
-            annealed = self.anneal_start is not None and step + 1 >= self.anneal_start + self.anneal_steps
-            last = step == c.max_steps - 1 or annealed
-            if evaluate is not None and ((step + 1) % c.eval_every == 0 or last):
+            self.record_step(step, stats)
+            annealed = self.annealed(step)
+            if evaluate is not None and self.evaluates_at(step):
                 eval_start = time.perf_counter()
                 # the first process evaluates; all act on its loss, so they stop together
                 val_loss = self.group.broadcast(evaluate() if self.group.is_main else None)
-                self.history.eval_seconds += time.perf_counter() - eval_start
-                self.history.eval_steps.append(step)
-                self.history.val_loss.append(val_loss)
-                for cb in self.callbacks:
-                    cb.on_eval(self, step, val_loss)
+                self.record_eval(step, val_loss, time.perf_counter() - eval_start)
             if annealed:
                 self.stop = True
             if self.stop:
                 break
             if checkpoint is not None and self.group.broadcast(checkpoint.due(step)):
                 snapshot(step)
-        if self.anneal_start is not None:
-            self.history.stop_reason = f"{self._stop_reason}, annealed"
-            # a plateau ended the run (after its anneal) before the step ceiling
-            self.history.stopped_early = self._stop_reason == "plateau"
-        else:
-            self.history.stop_reason = self._stop_reason or "max_steps"
-        for cb in self.callbacks:
-            cb.on_train_end(self)
-        self.history.seconds = time.perf_counter() - start
+        self.finish(time.perf_counter() - start)
         if checkpoint is not None:
             snapshot(step, finished=True)
         return self.history

@@ -30,7 +30,12 @@ from .config import TrainConfig
 
 class LambLookahead(torch.optim.Optimizer):
     """LAMB wrapped in Lookahead (see the module docstring). ``clamp``: the cap on a weight norm
-    in the trust ratio; ``k``, ``alpha``: Lookahead's period and slow-weight step."""
+    in the trust ratio; ``k``, ``alpha``: Lookahead's period and slow-weight step.
+
+    ``members``: the parameters hold that many models stacked on a leading dimension (ensemble
+    members trained together, ``training.members``): the trust ratio is then taken per member
+    (the norms of each member's slice), and ``lr`` may be a tensor of one rate per member. Each
+    member's update is the one it would get alone."""
 
     def __init__(
         self,
@@ -42,6 +47,7 @@ class LambLookahead(torch.optim.Optimizer):
         clamp: float = 10.0,
         k: int = 6,
         alpha: float = 0.5,
+        members: int | None = None,
     ) -> None:
         if lr < 0 or eps < 0 or clamp <= 0 or k < 1 or not 0.0 <= alpha <= 1.0:
             raise ValueError(
@@ -49,6 +55,7 @@ class LambLookahead(torch.optim.Optimizer):
             )
         defaults = {"lr": lr, "betas": betas, "eps": eps, "clamp": clamp, "k": k, "alpha": alpha}
         super().__init__(params, defaults)
+        self.members = members
         for group in self.param_groups:
             group.setdefault("counter", 0)  # steps since the last Lookahead synchronisation
             group.setdefault("step", 0)  # LAMB steps taken (the bias correction's t)
@@ -91,17 +98,38 @@ class LambLookahead(torch.optim.Optimizer):
         denominators = torch._foreach_sqrt(exp_avg_sqs)
         torch._foreach_add_(denominators, eps)
         updates = torch._foreach_div(exp_avgs, denominators)  # Adam's step, no bias correction
-        weight_norms = torch.stack(torch._foreach_norm(params)).clamp_(max=group["clamp"])
-        update_norms = torch.stack(torch._foreach_norm(updates))
+        weight_norms = self._norms(params).clamp_(max=group["clamp"])  # (n_tensors,) or (n_tensors, M)
+        update_norms = self._norms(updates)
         trust = torch.where(
             (weight_norms > 0) & (update_norms > 0),
             weight_norms / (update_norms + eps),
             torch.ones_like(weight_norms),
         )
         group["step"] += 1
-        step_size = group["lr"] / (1.0 - beta1 ** group["step"])
-        torch._foreach_mul_(updates, list((trust * -step_size).unbind()))
+        step_size = group["lr"] / (1.0 - beta1 ** group["step"])  # a float, or (M,) per member
+        scales = (trust * -step_size).unbind()
+        if self.members is not None:  # (M,) -> broadcast over each member's slice
+            scales = tuple(sc.view(-1, *([1] * (u.dim() - 1))) for sc, u in zip(scales, updates))
+        torch._foreach_mul_(updates, list(scales))
         torch._foreach_add_(params, updates)
+
+    def restricted(self, old: list[Tensor], new: list[Tensor], index: Tensor) -> LambLookahead:
+        """The optimiser over ``new`` stacked parameters, each holding the members ``index`` of
+        the matching tensor of ``old`` (members that finished have left the stack), with their
+        moments, slow weights and counters."""
+        group = self.param_groups[0]
+        settings = {k: group[k] for k in ("betas", "eps", "clamp", "k", "alpha")}
+        out = LambLookahead(new, lr=0.0, members=len(index), **settings)
+        out.param_groups[0].update(counter=group["counter"], step=group["step"])
+        for p_old, p_new in zip(old, new, strict=True):
+            out.state[p_new] = {key: v.index_select(0, index).clone() for key, v in self.state[p_old].items()}
+        return out
+
+    def _norms(self, tensors: list[Tensor]) -> Tensor:
+        """The L2 norm of each tensor, or with ``members`` of each member's slice: (n, M)."""
+        if self.members is None:
+            return torch.stack(torch._foreach_norm(tensors))
+        return torch.stack([t.reshape(t.shape[0], -1).norm(dim=1) for t in tensors])
 
 
 def build_optimizer(params: Iterable[torch.nn.Parameter], config: TrainConfig) -> torch.optim.Optimizer:

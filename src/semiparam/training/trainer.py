@@ -50,6 +50,15 @@ class Batch:
     revealed: Tensor | None = None
 
 
+def feature_weight(config: TrainConfig, step: int) -> float:
+    """The feature-loss weight lambda at ``step`` (the target loss weighs ``1 - lambda``)."""
+    if config.p_feature == 0:
+        return 0.0  # no feature loss to weigh
+    if config.tradeoff == "fixed":
+        return config.tradeoff_start
+    return cosine_tradeoff(step, config.tradeoff_steps or config.max_steps, config.tradeoff_start)
+
+
 class Trainer(Engine):
     """The table models' engine: the loss of a step is masked reconstruction (NPT appendix C.1):
     hide cells of the batch's rows by the masking policy, predict them, score the hidden and the
@@ -143,12 +152,7 @@ class Trainer(Engine):
         return super().train_step(batch, step)
 
     def tradeoff(self, step: int) -> float:
-        c = self.config
-        if c.p_feature == 0:
-            return 0.0  # no feature loss to weigh
-        if c.tradeoff == "fixed":
-            return c.tradeoff_start
-        return cosine_tradeoff(step, c.tradeoff_steps or c.max_steps, c.tradeoff_start)
+        return feature_weight(self.config, step)
 
     def _sharded_step(self, batch: Batch, step: int) -> dict[str, float]:
         """One step over this process's shards of ``batch``: the gradients of the shard losses
