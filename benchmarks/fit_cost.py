@@ -160,6 +160,16 @@ def cell_key(table: str, model: str, split: int, device: str) -> str:
     return ds.cell_key(fingerprint, model, split, settings, ds.code_version(), version) + f"/{device}"
 
 
+def machine() -> dict[str, Any]:
+    """The devsuite's machine facts, and the GPU when PyTorch sees one."""
+    import torch
+
+    info = ds.machine()
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name()
+    return info
+
+
 def read_lines(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
@@ -194,8 +204,9 @@ def main(argv: list[str] | None = None) -> None:
     if not a.report_only:
         done = {r["key"] for r in read_lines(jsonl) if r.get("status") == "ok"}
         tables = [t for t in a.tables.split(",") if t]
-        cells = [("fit", t, m, s) for s in range(a.splits) for t in tables for m in a.models.split(",")]
-        cells += [("profile", t, m, 0) for t in a.profile_tables.split(",") if t for m in ds.NEURAL_MODELS]
+        # the profiles first (short), then table by table, so that a run cut short still has whole rows
+        cells = [("profile", t, m, 0) for t in a.profile_tables.split(",") if t for m in ds.NEURAL_MODELS]
+        cells += [("fit", t, m, s) for s in range(a.splits) for t in tables for m in a.models.split(",")]
         for kind, table, model, split in cells:
             key = cell_key(table, model, split, a.device) + ("/profile" if kind == "profile" else "")
             if key in done:
@@ -208,7 +219,7 @@ def main(argv: list[str] | None = None) -> None:
                     ["--profile", table, model, a.device, "--profile-steps", str(a.profile_steps)], a.timeout
                 )
             record = {"kind": kind, "table": table, "model": model, "split": split, "device": a.device}
-            record.update(key=key, code=ds.code_version(), machine=ds.machine(), command=command, **out)
+            record.update(key=key, code=ds.code_version(), machine=machine(), command=command, **out)
             with jsonl.open("a") as f:
                 f.write(json.dumps(ds.jsonable(record)) + "\n")
             print(f"       {out.get('status')} fit {out.get('fit_seconds', 0):.1f}s", flush=True)
@@ -284,6 +295,10 @@ def write_report(records: list[dict[str, Any]], out_dir: Path) -> None:
         "Code: " + "; ".join(f"`{c}`" for c in codes),
         "",
         "Machine: " + "; ".join(f"`{m}`" for m in machines),
+        "",
+        "Devices of the neural models' cells: "
+        + ", ".join(sorted({r["device"] for r in rows}))
+        + ". A GPU's figures come from a run with `--device cuda`, on the card its machine line names.",
         "",
         "## Totals over the cells where every model ran",
         "",
