@@ -93,7 +93,12 @@ class BestCheckpoint(Callback):
         if history.best_val_loss is None or val_loss < history.best_val_loss:
             history.best_val_loss = val_loss
             history.best_step = step
-            self.best_state = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+            state = trainer.model.state_dict()
+            if self.best_state is None or self.best_state.keys() != state.keys():
+                self.best_state = {k: v.detach().clone() for k, v in state.items()}
+            else:  # in place: no new tensors at every improvement
+                for k, v in state.items():
+                    self.best_state[k].copy_(v.detach())
         a = self.smoothing
         self.smoothed = val_loss if self.smoothed is None else a * self.smoothed + (1 - a) * val_loss
         if self.best_smoothed is None or self.smoothed < self.best_smoothed - self.min_improvement * abs(
