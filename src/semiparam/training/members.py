@@ -53,7 +53,12 @@ class MemberStack(nn.Module):
         self.buffer_values = buffers
         # the architecture without weights (functional_call supplies each member's); kept out of
         # the module tree, so that .to(), state_dict() and parameters() see the stack only
-        self.__dict__["base"] = copy.deepcopy(modules[0]).to("meta")
+        self.__dict__["_base"] = copy.deepcopy(modules[0]).to("meta")
+
+    @property
+    def base(self) -> nn.Module:
+        """The members' architecture, on the meta device (no weights of its own)."""
+        return self.__dict__["_base"]
 
     def set_dropout_generator(self, generator: torch.Generator | None) -> None:
         set_dropout_generator(self.base, generator)
@@ -199,10 +204,11 @@ def train_members(
         for k, stats, rate in zip(active, member_stats, rates, strict=True):
             schedule = schedules[k]
             schedule.record_step(step, {**stats, "lr": rate})
-            if plans[k].evaluate is not None and schedule.evaluates_at(step):
+            evaluate = plans[k].evaluate
+            if evaluate is not None and schedule.evaluates_at(step):
                 eval_start = time.perf_counter()
                 stack.copy_member(active.index(k), plans[k].module)
-                val_loss = plans[k].evaluate()
+                val_loss = evaluate()
                 schedule.record_eval(step, val_loss, time.perf_counter() - eval_start)
             if schedule.annealed(step):
                 schedule.stop = True

@@ -19,7 +19,7 @@ per-tensor Python work and no host synchronisation, so it stays cheap on a GPU t
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
@@ -39,7 +39,7 @@ class LambLookahead(torch.optim.Optimizer):
 
     def __init__(
         self,
-        params: Iterable[torch.nn.Parameter] | Iterable[dict[str, Any]],
+        params: Iterable[Tensor] | Iterable[dict[str, Any]],
         *,
         lr: float = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
@@ -84,7 +84,7 @@ class LambLookahead(torch.optim.Optimizer):
     def _lamb(self, group: dict[str, Any], params: list[Tensor]) -> None:
         beta1, beta2 = group["betas"]
         eps = group["eps"]
-        grads = [p.grad for p in params]
+        grads = [p.grad for p in params if p.grad is not None]  # params: those with a gradient
         states = [self.state[p] for p in params]
         for p, state in zip(params, states):
             if "exp_avg" not in state:
@@ -113,7 +113,7 @@ class LambLookahead(torch.optim.Optimizer):
         torch._foreach_mul_(updates, list(scales))
         torch._foreach_add_(params, updates)
 
-    def restricted(self, old: list[Tensor], new: list[Tensor], index: Tensor) -> LambLookahead:
+    def restricted(self, old: Sequence[Tensor], new: Sequence[Tensor], index: Tensor) -> LambLookahead:
         """The optimiser over ``new`` stacked parameters, each holding the members ``index`` of
         the matching tensor of ``old`` (members that finished have left the stack), with their
         moments, slow weights and counters."""
@@ -125,10 +125,10 @@ class LambLookahead(torch.optim.Optimizer):
             out.state[p_new] = {key: v.index_select(0, index).clone() for key, v in self.state[p_old].items()}
         return out
 
-    def _norms(self, tensors: list[Tensor]) -> Tensor:
+    def _norms(self, tensors: Sequence[Tensor]) -> Tensor:
         """The L2 norm of each tensor, or with ``members`` of each member's slice: (n, M)."""
         if self.members is None:
-            return torch.stack(torch._foreach_norm(tensors))
+            return torch.stack(torch._foreach_norm(list(tensors)))
         return torch.stack([t.reshape(t.shape[0], -1).norm(dim=1) for t in tensors])
 
 
