@@ -20,12 +20,14 @@ def run_demo(
     import torch
 
     from ..estimators.npt import NPTClassifier
+    from ..training.device import resolve_device
 
     X, y = load_breast_cancer(return_X_y=True, as_frame=True)
     X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=0.2, stratify=y, random_state=seed)
     print(
         f"Breast cancer (scikit-learn): {len(X_train)} training rows, {len(X_test)} test rows, "
-        f"{X.shape[1]} features; torch {torch.__version__} on {device} with {torch.get_num_threads()} threads"
+        f"{X.shape[1]} features; torch {torch.__version__} on {resolve_device(device)} "
+        f"with {torch.get_num_threads()} threads"
     )
     results: dict[str, dict[str, float]] = {}
 
