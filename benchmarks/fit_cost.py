@@ -373,7 +373,13 @@ def write_report(records: list[dict[str, Any]], out_dir: Path) -> None:
                 + "; ".join(f"`{n}` {t:.2f}" for n, t in r["top_functions_cumulative_s"]),
             ]
     (out_dir / "fit_cost.md").write_text("\n".join(lines) + "\n")
-    payload = {"summary": summary, "fits": fits, "profiles": profiles}
+    # the report's numbers; the full records (histories, settings, machine) stay in the JSONL
+    cells = [
+        {k: r[k] for k in ("table", "model", "split", "device", "fit_seconds", "score")}
+        | {"member_steps": member_steps(r)}
+        for r in fits
+    ]
+    payload = {"summary": summary, "fits": cells, "profiles": profiles}
     (out_dir / "fit_cost.json").write_text(json.dumps(ds.jsonable(payload), indent=1))
     print(f"wrote {out_dir / 'fit_cost.md'}")
 
