@@ -35,9 +35,8 @@ from .config import TrainConfig
 from .device import autocast, autocast_dtype
 from .engine import Callback, Engine, TrainHistory
 from .losses import npt_loss
-from .masking import mask_for_training
 from .optim import LambLookahead, clip_gradients
-from .trainer import Batch, feature_weight
+from .trainer import Batch, feature_weight, mask_batch
 
 
 class MemberStack(nn.Module):
@@ -116,15 +115,14 @@ class _Schedule(Engine):
     """A member's learning-rate schedule, history and callbacks; it has no optimiser of its own."""
 
     def __init__(self, plan: MemberPlan, config: TrainConfig) -> None:
-        super().__init__(plan.module, config, callbacks=plan.callbacks, optimizer=_NO_OPTIMIZER)
+        super().__init__(plan.module, config, callbacks=plan.callbacks, optimizer=_NoOptimizer())
 
 
 class _NoOptimizer(torch.optim.Optimizer):
+    """Stands in for the optimiser a :class:`_Schedule` never steps (the stack's steps them all)."""
+
     def __init__(self) -> None:
         super().__init__([torch.zeros(1, requires_grad=True)], {})
-
-
-_NO_OPTIMIZER = _NoOptimizer()
 
 
 def train_members(
@@ -168,15 +166,7 @@ def train_members(
         batches = [plans[k].next_batch(step) for k in active]
         n_rows = min(len(b.values) for b in batches)  # equal but for a minibatch's last row
         masked = [
-            mask_for_training(
-                b.values[:n_rows],
-                b.missing[:n_rows],
-                target_columns=target_columns,
-                labelled_rows=b.labelled[:n_rows],
-                cardinalities=cardinalities,
-                policy=policy,
-                generator=plans[k].generator,
-            )
+            mask_batch(b, target_columns, cardinalities, policy, plans[k].generator, slice(n_rows))
             for k, b in zip(active, batches, strict=True)
         ]
         with autocast(device, precision):

@@ -24,7 +24,7 @@ from .device import autocast, autocast_dtype
 from .distributed import ProcessGroup, Shard, current_group, shard_rows
 from .engine import BatchSource, BestCheckpoint, Callback, Engine, ProgressBar, TrainHistory
 from .losses import npt_loss
-from .masking import mask_for_training
+from .masking import MaskedBatch, MaskingPolicy, mask_for_training
 from .optim import clip_gradients
 from .schedules import cosine_tradeoff
 
@@ -48,6 +48,27 @@ class Batch:
     missing: Tensor
     labelled: Tensor
     revealed: Tensor | None = None
+
+
+def mask_batch(
+    batch: Batch,
+    target_columns: Tensor,
+    cardinalities: Tensor,
+    policy: MaskingPolicy,
+    generator: torch.Generator | None,
+    rows: Tensor | slice = slice(None),
+) -> MaskedBatch:
+    """The training masks of ``batch``'s ``rows`` (all by default), drawn from ``generator``."""
+    return mask_for_training(
+        batch.values[rows],
+        batch.missing[rows],
+        target_columns=target_columns,
+        labelled_rows=batch.labelled[rows],
+        cardinalities=cardinalities,
+        policy=policy,
+        generator=generator,
+        revealed_rows=None if batch.revealed is None else batch.revealed[rows],
+    )
 
 
 def feature_weight(config: TrainConfig, step: int) -> float:
@@ -124,16 +145,7 @@ class Trainer(Engine):
             )
 
     def step_loss(self, batch: Batch, step: int) -> tuple[Tensor, dict[str, float]]:
-        masked = mask_for_training(
-            batch.values,
-            batch.missing,
-            target_columns=self.target_columns,
-            labelled_rows=batch.labelled,
-            cardinalities=self.cardinalities,
-            policy=self.policy,
-            generator=self.generator,
-            revealed_rows=batch.revealed,
-        )
+        masked = mask_batch(batch, self.target_columns, self.cardinalities, self.policy, self.generator)
         with autocast(self.device, self.autocast_dtype):
             outputs = self.forward(self.step_module, masked.values, masked.hidden)
         return npt_loss(
@@ -167,15 +179,8 @@ class Trainer(Engine):
         for k, shard in enumerate(self.shards):
             rows = shard_rows(len(batch.values), shard.index, self.n_shards, batch.values.device)
             set_dropout_generator(self.model, shard.dropout_generator)
-            masked = mask_for_training(
-                batch.values[rows],
-                batch.missing[rows],
-                target_columns=self.target_columns,
-                labelled_rows=batch.labelled[rows],
-                cardinalities=self.cardinalities,
-                policy=self.policy,
-                generator=shard.generator,
-                revealed_rows=None if batch.revealed is None else batch.revealed[rows],
+            masked = mask_batch(
+                batch, self.target_columns, self.cardinalities, self.policy, shard.generator, rows
             )
             with autocast(self.device, self.autocast_dtype):
                 outputs = self.forward(module, masked.values, masked.hidden)
