@@ -41,6 +41,7 @@ class NPTConfig(AttentionSettings, InputSettings):
     n_blocks: int = 4  # ABD and ABA blocks counted together (paper's "layers"), even
     n_heads: int = 4  # must divide e
     dropout: float = 0.1  # hidden, feed-forward, embedding and pre-head dropout
+    ff_multiplier: int = 4  # hidden units of each block's feed-forward, per channel (paper: 4)
     # NOTE[DIFF]: the paper uses 0.1 on the attention weights; that forces PyTorch's quadratic
     # attention path, so the CPU preset turns it off. paper_* presets set it to 0.1.
     attention_dropout: float = 0.0
@@ -64,6 +65,8 @@ class NPTConfig(AttentionSettings, InputSettings):
             raise ConfigError("d_embedding and n_heads must be positive")
         if self.n_frequencies < 0 or not self.frequency_scale > 0:
             raise ConfigError("n_frequencies must be >= 0 and frequency_scale > 0")
+        if self.ff_multiplier < 1:
+            raise ConfigError(f"ff_multiplier must be >= 1, got {self.ff_multiplier}")
         if self.d_embedding % self.n_heads:
             raise ConfigError(f"n_heads ({self.n_heads}) must divide d_embedding ({self.d_embedding})")
         if self.n_blocks < 2 or self.n_blocks % 2:
@@ -121,6 +124,7 @@ class AttentionBetweenDatapoints(nn.Module):
             attention_dropout=config.attention_dropout,
             scale=config.attention_scale,
             normalize_kv=config.normalize_kv,
+            ff_multiplier=config.ff_multiplier,
             **config.attention_kwargs("row"),
         )
 
@@ -152,6 +156,7 @@ class AttentionBetweenAttributes(nn.Module):
             attention_dropout=config.attention_dropout,
             scale=config.attention_scale,
             normalize_kv=config.normalize_kv,
+            ff_multiplier=config.ff_multiplier,
             **config.attention_kwargs("column"),
         )
 
