@@ -152,7 +152,7 @@ def test_corrupt_model_files_name_the_file(
     path = clf.save(tmp_path / "model")
     weights = path / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])
-    with pytest.raises(ModelFileError, match="model.safetensors.*corrupt or truncated"):
+    with pytest.raises(ModelFileError, match="model.safetensors: fails its integrity check"):
         NPTClassifier.load(path)
     path = clf.save(tmp_path / "model2")
     (path / "semiparam.json").write_text((path / "semiparam.json").read_text()[:50])

@@ -9,6 +9,7 @@ the file; :func:`available_device` maps a saved device that this machine lacks t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -165,11 +166,40 @@ def available_device(saved: str) -> str:
     return str(dev)
 
 
+def file_sha256(path: str | Path) -> str:
+    """The SHA-256 of a file's bytes, as hex."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_checksums(directory: str | Path, expected: dict[str, str] | None) -> None:
+    """Raise :class:`ModelFileError` when a file of ``directory`` does not have the SHA-256 its
+    metadata recorded at saving. ``None``: a model saved before checksums were stored."""
+    if expected is None:
+        return
+    if not isinstance(expected, dict):
+        raise ModelFileError(f"{directory}: the stored checksums are not a mapping; the metadata is corrupt")
+    for name, digest in expected.items():
+        path = Path(directory) / Path(str(name)).name
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: missing from the saved model")
+        if file_sha256(path) != digest:
+            raise ModelFileError(
+                f"{path}: fails its integrity check (SHA-256 differs from the one stored at saving); "
+                "the file is corrupt or was changed"
+            )
+
+
 __all__ = [
     "ModelFileError",
     "atomic_directory",
     "atomic_file",
     "available_device",
+    "file_sha256",
     "read_json",
     "read_tensors",
+    "verify_checksums",
 ]

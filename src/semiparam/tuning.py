@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -456,6 +457,7 @@ def tune(
     ray_address: str | None = None,
     max_concurrent: int = 1,
     cpus_per_trial: float | None = None,
+    verbose: bool = False,
 ) -> TuneResult:
     """Search the settings of ``model`` for the table ``frame`` with target column(s) ``targets``.
 
@@ -466,7 +468,8 @@ def tune(
     step ceiling. ``threads``: torch threads per trial (None: as set;
     with Ray, ``cpus_per_trial`` rounded down, at least 1). ``out``: the directory for the files
     the module docstring lists; an existing one is refused unless ``resume`` (continue its study,
-    serial backend) or ``overwrite``. See the module docstring for the backends.
+    serial backend) or ``overwrite``. ``verbose``: a line on standard error as each trial of the
+    serial backend ends. See the module docstring for the backends.
     """
     if optuna is None:
         raise ImportError("semiparam tune needs Optuna: pip install 'semiparam[tune]'")
@@ -505,7 +508,7 @@ def tune(
     # the defaults go first (when the space can express them); Optuna samples the rest
     first = None if off_space else defaults
     start = time.perf_counter()
-    search = _Search(problem, space, first, n_trials, timeout, random_state)
+    search = _Search(problem, space, first, n_trials, timeout, random_state, verbose)
     if backend == "serial":
         rows = _run_serial(search, out_dir)
     else:
@@ -610,6 +613,7 @@ class _Search:
     n_trials: int
     timeout: float | None
     seed: int
+    verbose: bool = False
 
 
 def _run_serial(search: _Search, out: Path | None) -> list[dict[str, Any]]:
@@ -642,10 +646,18 @@ def _run_serial(search: _Search, out: Path | None) -> list[dict[str, Any]]:
         except Exception as err:  # noqa: BLE001 - a failed setting is a failed trial, not the end
             trial.set_user_attr("error", f"{type(err).__name__}: {err}")
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            if search.verbose:
+                print(f"trial {trial.number + 1} of {n_trials}: failed ({err})", file=sys.stderr)
             continue
         for key in ("seconds", "best_step", "stop_reason", "per_target"):
             trial.set_user_attr(key, outcome[key])
         study.tell(trial, outcome["score"])
+        if search.verbose:
+            print(
+                f"trial {trial.number + 1} of {n_trials}: score {outcome['score']:.6g} "
+                f"in {outcome['seconds']:.1f}s (best so far {study.best_value:.6g})",
+                file=sys.stderr,
+            )
     rows = []
     for t in study.get_trials(deepcopy=False, states=finished):
         outcome = None

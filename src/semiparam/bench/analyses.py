@@ -375,6 +375,12 @@ def provenance(command: str | None) -> dict[str, Any]:
     return {"command": command, "code_hash": code_hash(), "machine": machine_info()}
 
 
+def analysis_paths(out_dir: str | Path, stem: str) -> list[Path]:
+    """The files :func:`write_analysis` writes for ``stem`` (the figure only with matplotlib)."""
+    out = Path(out_dir)
+    return [out / f"{stem}{suffix}" for suffix in (".json", ".md", ".png")]
+
+
 def write_analysis(
     out_dir: str | Path, stem: str, results: list[dict[str, Any]], command: str | None
 ) -> Path:

@@ -9,10 +9,10 @@ import json
 import shlex
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def _load_run(run: str, device: str) -> Any:
@@ -39,6 +39,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from ..bench import analyses
     from .main import _split_list, read_table
 
+    # the report's files are refused before any work, as fit refuses an existing run directory
+    existing = [p for p in analyses.analysis_paths(args.out, args.analysis) if p.exists()]
+    if existing and not args.force:
+        raise FileExistsError(f"{existing[0]} already exists; pass --force to replace it")
     frame = read_table(args.data, _split_list(args.na_values))
     name = args.name or Path(args.data).stem
     if args.analysis == "lookup":
@@ -60,6 +64,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def _lookup(args: argparse.Namespace, frame: pd.DataFrame, name: str) -> dict[str, Any]:
+    import numpy as np
+    import pandas as pd
     from sklearn.model_selection import train_test_split
 
     from ..bench import analyses
@@ -102,14 +108,26 @@ def _lookup(args: argparse.Namespace, frame: pd.DataFrame, name: str) -> dict[st
 
 def cmd_explain(args: argparse.Namespace) -> int:
     """Row and feature attributions of query rows as CSV files, bar charts and attention heat maps."""
-    from .main import _split_list, read_table
 
+    from .._io import atomic_directory
+    from .main import _split_list, check_out_dir, read_table
+
+    check_out_dir(args.out, args.force)
     model = _load_run(args.run, args.device)
     frame = read_table(args.data, _split_list(args.na_values))
     if len(frame) > args.max_rows:
         raise ValueError(f"{args.data} has {len(frame)} rows; explain at most --max-rows {args.max_rows}")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    # everything is written aside and renamed into place once complete
+    with atomic_directory(args.out, overwrite=args.force) as tmp:
+        written = _explain_into(tmp, args, model, frame)
+    for path in written:
+        print(f"wrote {Path(args.out) / path.relative_to(tmp)}")
+    return 0
+
+
+def _explain_into(out: Path, args: argparse.Namespace, model: Any, frame: pd.DataFrame) -> list[Path]:
+    import numpy as np
+
     context = _context(args)
     features = model.explain_features(frame, method=args.method, target=args.target)
     features.insert(0, "row", np.arange(len(frame)))
@@ -123,13 +141,12 @@ def cmd_explain(args: argparse.Namespace) -> int:
         print(f"row attributions skipped: {err}", file=sys.stderr)
         rows = None
     maps = model.attention_maps(frame, context=context, max_rows=args.max_rows)
-    written += _plots(out, features.drop(columns="row"), rows, maps)
-    for path in written:
-        print(f"wrote {path}")
-    return 0
+    return written + _plots(out, features.drop(columns="row"), rows, maps)
 
 
 def _plots(out: Path, features: pd.DataFrame, rows: pd.DataFrame | None, maps: dict[str, Any]) -> list[Path]:
+    import numpy as np
+
     try:
         import matplotlib
 
@@ -192,7 +209,8 @@ def add_analyze_parsers(sub: Any) -> None:
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--device", default="auto", help="auto (CUDA, MPS, else CPU), cpu, cuda:1...")
         p.add_argument("--na-values", help="extra strings read as missing, comma-separated")
-        p.add_argument("--quiet", action="store_true")
+        p.add_argument("--quiet", action="store_true", help="no progress output")
+        p.add_argument("--force", action="store_true", help="replace existing outputs in --out")
 
     p = sub.add_parser("explain", help="row and feature attributions of query rows of a fitted run")
     p.add_argument("run", help="run directory written by fit")

@@ -1,5 +1,5 @@
-"""``semiparam`` command line: fit | predict | impute | impute-vcf | np-fit | np-predict | tune | demo |
-bench.
+"""``semiparam`` command line: fit | predict | evaluate | impute | impute-vcf | np-fit | np-predict |
+tune | demo | bench | explain | analyze.
 
 Each ``fit`` writes one run directory: ``config.json`` (every resolved setting), ``metrics.json``
 (training history, validation loss, timings), ``model/`` (weights and fitted state, no pickle) and
@@ -21,18 +21,21 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from .._config import ConfigError, parse_override, read_settings_file
 from .._io import atomic_directory, atomic_file
+
+if TYPE_CHECKING:  # pandas, torch and scikit-learn load when a command runs, not for --help
+    import pandas as pd
 
 CHECKPOINT_DIR = "checkpoint"  # in a run directory: the training state of ``fit`` (see --resume)
 
 
 def read_table(path: str | Path, na_values: list[str] | None = None) -> pd.DataFrame:
     """Read CSV (optionally gzipped) or Parquet, by file extension."""
+    import pandas as pd
+
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no such file: {path}")
@@ -52,6 +55,14 @@ def check_writable(path: str | Path, force: bool) -> None:
     """Refuse an existing output (before any work is done) unless ``force``."""
     if Path(path).exists() and not force:
         raise FileExistsError(f"{path} already exists; pass --force to replace it")
+
+
+def check_out_dir(path: str | Path, force: bool) -> None:
+    """Refuse an existing, non-empty output directory (before any work is done) unless ``force``;
+    an empty one may be reused."""
+    out = Path(path)
+    if out.exists() and not (out.is_dir() and not any(out.iterdir())) and not force:
+        raise FileExistsError(f"{out} already exists and is not empty; pass --force to replace it")
 
 
 def write_table(frame: pd.DataFrame, path: str | Path, *, overwrite: bool = False) -> None:
@@ -134,6 +145,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         n_estimators=args.n_estimators,
         backend=args.backend,
         ray_address=args.ray_address,
+        continuous_features=_split_list(args.continuous),
         **_training_kwargs(args),
     )
     start = time.perf_counter()
@@ -165,8 +177,20 @@ def cmd_fit(args: argparse.Namespace) -> int:
             f", best validation loss {history.best_val_loss:.4f} at step {history.best_step}"
             f" of {history.n_steps} (stopped: {history.stop_reason})"
         )
+    schema = predictor.learner_.schema
+    kinds = "; ".join(_target_kind(spec) for spec in schema.columns if spec.name in targets)
     print(f"fitted {args.model} on {len(frame)} rows in {seconds:.1f}s{best}; run written to {out}")
+    print(f"targets: {kinds}")
     return 0
+
+
+def _target_kind(spec: Any) -> str:
+    """``label: classes [0, 1]`` or ``price: continuous``: how a target was read."""
+    if spec.kind == "categorical":
+        more = ", ..." if len(spec.categories) > 6 else ""
+        shown = ", ".join(repr(c) for c in spec.categories[:6]) + more
+        return f"{spec.name}: {len(spec.categories)} classes [{shown}]"
+    return f"{spec.name}: continuous"
 
 
 def _write_run(
@@ -214,6 +238,8 @@ def _write_run(
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
+    import pandas as pd
+
     from ..estimators.tabular import TablePredictor
 
     if args.out:
@@ -222,12 +248,79 @@ def cmd_predict(args: argparse.Namespace) -> int:
     model_dir = run / "model" if (run / "model").exists() else run
     predictor = TablePredictor.load(model_dir, device=args.device)
     frame = read_table(args.data, _split_list(args.na_values))
-    preds = predictor.predict(frame)
+    carried = _split_list(args.id) or []
+    absent = [c for c in carried if c not in frame.columns]
+    if absent:
+        raise ValueError(f"--id column(s) {absent} not in {args.data}; it has {list(frame.columns)}")
+    features = frame.drop(columns=[c for c in carried if c not in predictor.feature_columns_])
+    preds = predictor.predict(features)
+    if carried:  # the input's id columns first, as given, then the predictions
+        clash = [c for c in carried if c in preds.columns]
+        if clash:
+            raise ValueError(f"--id column(s) {clash} share a name with a prediction column")
+        preds = pd.concat([frame[carried].reset_index(drop=True), preds], axis=1)
     if args.out:
         write_table(preds, args.out, overwrite=args.force)
         print(f"wrote {len(preds)} predictions to {args.out}")
     else:
         preds.to_csv(sys.stdout, index=False)
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    """Scores of a fitted run on a labelled table: per target, accuracy, log loss (and ROC AUC for
+    two classes) or RMSE, MAE and R^2; one JSON object on standard output (or ``--out``)."""
+    import numpy as np
+    from sklearn import metrics
+
+    from ..estimators.tabular import TablePredictor
+
+    if args.out:
+        check_writable(args.out, args.force)
+    run = Path(args.run)
+    predictor = TablePredictor.load(run / "model" if (run / "model").exists() else run, device=args.device)
+    frame = read_table(args.data, _split_list(args.na_values))
+    specs = [c for c in predictor.learner_.schema.columns if c.name in predictor.learner_.schema.targets]
+    absent = [s.name for s in specs if s.name not in frame.columns]
+    if absent:
+        raise ValueError(f"{args.data} lacks the target column(s) {absent}: evaluate needs the labels")
+    labelled = frame.dropna(subset=[s.name for s in specs])
+    if labelled.empty:
+        raise ValueError(f"{args.data} has no row with every target labelled")
+    preds = predictor.predict(labelled)
+    scores: dict[str, Any] = {"data": str(args.data), "rows": len(labelled), "targets": {}}
+    for spec in specs:
+        truth = labelled[spec.name].to_numpy()
+        if spec.kind == "categorical":
+            classes = list(spec.categories)
+            proba = preds[[f"{spec.name}_proba_{c}" for c in classes]].to_numpy()
+            unknown = sorted({str(v) for v in truth} - {str(c) for c in classes})
+            if unknown:
+                raise ValueError(f"target {spec.name!r} holds labels the model never saw: {unknown[:5]}")
+            index = {str(c): k for k, c in enumerate(classes)}
+            codes = np.array([index[str(v)] for v in truth])
+            entry = {
+                "accuracy": float(np.mean(np.argmax(proba, axis=1) == codes)),
+                "log_loss": float(metrics.log_loss(codes, proba, labels=list(range(len(classes))))),
+            }
+            if len(classes) == 2 and len(set(codes)) == 2:
+                entry["roc_auc"] = float(metrics.roc_auc_score(codes, proba[:, 1]))
+        else:
+            truth = truth.astype(float)
+            guess = preds[spec.name].to_numpy(dtype=float)
+            entry = {
+                "rmse": float(np.sqrt(np.mean((truth - guess) ** 2))),
+                "mae": float(np.mean(np.abs(truth - guess))),
+                "r2": float(metrics.r2_score(truth, guess)),
+            }
+        scores["targets"][spec.name] = entry
+    text = json.dumps(scores, indent=2)
+    if args.out:
+        with atomic_file(args.out, overwrite=args.force) as tmp:
+            Path(tmp).write_text(text + "\n")
+        print(f"wrote {args.out}")
+    else:
+        print(text)
     return 0
 
 
@@ -263,8 +356,11 @@ def ray_options(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .. import __version__
+
     parser = argparse.ArgumentParser(prog="semiparam", description=__doc__.split("\n")[0])
     parser.add_argument("--debug", action="store_true", help="on an error, show the full traceback")
+    parser.add_argument("--version", action="version", version=f"semiparam {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser, training: bool = True) -> None:
@@ -288,6 +384,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--resume", action="store_true", help="continue the killed fit whose run directory is --out"
     )
+    p.add_argument(
+        "--continuous",
+        help="columns to treat as numbers, comma-separated (an integer target with at most 10 "
+        "distinct values is otherwise read as class labels; --categorical forces classes)",
+    )
     p.add_argument("--time-budget", type=float, help="seconds of training (stops and anneals before)")
     p.add_argument(
         "--n-estimators",
@@ -304,8 +405,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("data")
     p.add_argument("--out", help="output CSV/Parquet (default: stdout)")
     p.add_argument("--force", action="store_true", help="replace an existing --out file")
+    p.add_argument(
+        "--id", help="columns of the input copied into the predictions (e.g. an id), comma-separated"
+    )
     common(p, training=False)
     p.set_defaults(func=cmd_predict)
+
+    p = sub.add_parser("evaluate", help="scores of a fitted run on a labelled table")
+    p.add_argument("run", help="run directory written by fit")
+    p.add_argument("data", help="CSV/Parquet holding the features and the target column(s)")
+    p.add_argument("--out", help="write the JSON scores here (default: stdout)")
+    p.add_argument("--force", action="store_true", help="replace an existing --out file")
+    common(p, training=False)
+    p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("impute", help="fill every missing cell of a table")
     p.add_argument("data")
@@ -364,12 +476,24 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         TypeError,
         KeyError,
         ImportError,  # an optional dependency (pyarrow, cyvcf2) is missing
+        FloatingPointError,  # a fit that diverged (the message says which setting to lower)
     )
     try:
         from safetensors import SafetensorError
     except ImportError:  # pragma: no cover - older safetensors
         return errors
     return (*errors, SafetensorError)
+
+
+def _silence_stdout() -> None:
+    """Point standard output at /dev/null, so the interpreter's last flush does not fail again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # pragma: no cover - stdout without a file descriptor
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -383,6 +507,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
+    except BrokenPipeError:
+        # the reader of standard output went away (``semiparam predict ... | head -1``): what it
+        # wanted was written; end quietly, with nothing more sent to the closed pipe
+        _silence_stdout()
+        return 0
     except _user_errors() as err:
         if debug:
             raise

@@ -17,10 +17,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pandas as pd
+if TYPE_CHECKING:
+    pass
 
 MODELS = ("cipnp", "ipnp", "canp", "anp", "banp", "tnpd")
 RUN_FILE = "np_run.json"
@@ -138,6 +138,9 @@ def cmd_np_fit(args: argparse.Namespace) -> int:
 
 
 def cmd_np_predict(args: argparse.Namespace) -> int:
+    import numpy as np
+    import pandas as pd
+
     from ..np import load
     from .main import _split_list, check_writable, read_table, write_table
 

@@ -37,6 +37,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         ray_address=args.ray_address,
         max_concurrent=args.max_concurrent,
         cpus_per_trial=args.cpus_per_trial,
+        verbose=not args.quiet,
     )
     trials = result.trials
     done = int((trials["state"] == "COMPLETE").sum())
@@ -58,7 +59,7 @@ def add_tune_parser(sub: Any) -> None:
     p = sub.add_parser(
         "tune",
         help="search a table model's settings (Optuna TPE; Ray Tune with --backend ray)",
-        description="Fit the model on 80%% of the rows per trial and score the rest; the first trial "
+        description="Fit the model on 80% of the rows per trial and score the rest; the first trial "
         "is the defaults. Writes OUT/trials.csv, OUT/best.toml (for fit --config) and OUT/tune.json.",
     )
     p.add_argument("data", help="CSV/Parquet table holding the feature and target columns")
@@ -84,5 +85,6 @@ def add_tune_parser(sub: Any) -> None:
     p.add_argument("--backend", choices=["serial", "ray"], default="serial")
     p.add_argument("--ray-address", help="an existing Ray cluster (default: start one on this machine)")
     p.add_argument("--max-concurrent", type=int, default=1, help="Ray: trials at once (default 1)")
+    p.add_argument("--quiet", action="store_true", help="no line per finished trial")
     p.add_argument("--cpus-per-trial", type=float, help="Ray: CPUs each trial reserves (default 1)")
     p.set_defaults(func=cmd_tune)

@@ -102,6 +102,23 @@ def _is_categorical_dtype(series: pd.Series) -> bool:
     )
 
 
+# an integer target with at most this many distinct values is read as class labels
+MAX_INTEGER_CLASSES = 10
+
+
+def integer_labels(series: pd.Series) -> bool:
+    """Whether a target column of integers reads as class labels: an integer (or boolean) dtype
+    with at most ``MAX_INTEGER_CLASSES`` distinct values, as 0/1 or 0/1/2 labels are meant. A
+    float column, or one with more values, is a number; ``categorical_features`` /
+    ``continuous_features`` (``--categorical`` / ``--continuous``) decide either way."""
+    dtype = series.dtype
+    if pd.api.types.is_bool_dtype(dtype):
+        return True
+    if not pd.api.types.is_integer_dtype(dtype):
+        return False
+    return int(series.nunique(dropna=True)) <= MAX_INTEGER_CLASSES
+
+
 def _to_json_scalar(value: Any) -> Any:
     if isinstance(value, np.generic):
         value = value.item()
@@ -183,12 +200,38 @@ def infer_schema(
             kind = CONTINUOUS
         else:
             kind = CATEGORICAL if _is_categorical_dtype(col) else CONTINUOUS
+            if kind == CATEGORICAL:
+                _check_stray_strings(observed, name)
         if kind == CATEGORICAL:
             specs.append(ColumnSpec(name, CATEGORICAL, _sorted_categories(observed.tolist())))
         else:
             _numeric_column(col, name)  # raises on strings or inf
             specs.append(ColumnSpec(name, CONTINUOUS))
     return TableSchema(tuple(specs), tuple(targets))
+
+
+# a column of strings whose values are numbers in at least this share, but not all, is a
+# numeric column with stray text in it (a typo, a "n/a" marker), not a categorical one
+STRAY_TEXT_SHARE = 0.9
+
+
+def _check_stray_strings(observed: pd.Series, name: str) -> None:
+    """Raise when a text column's values are numbers but for a few: pandas reads one stray
+    string as a whole column of text, which would otherwise train as a categorical with a level
+    per number."""
+    if not (pd.api.types.is_object_dtype(observed.dtype) or pd.api.types.is_string_dtype(observed.dtype)):
+        return
+    numbers = pd.to_numeric(observed, errors="coerce")
+    stray = numbers.isna()
+    n_stray = int(stray.sum())
+    if n_stray == 0 or len(observed) - n_stray < STRAY_TEXT_SHARE * len(observed):
+        return
+    examples = observed[stray].unique()[:5].tolist()
+    raise DataValidationError(
+        f"column {name!r} holds numbers except for {n_stray} value(s) {examples} (first at row "
+        f"{observed.index[stray.to_numpy()][0]}): clean them, read them as missing (na_values, "
+        "--na-values), or mark the column categorical"
+    )
 
 
 def _numeric_column(col: pd.Series, name: str) -> np.ndarray:

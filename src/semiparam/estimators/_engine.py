@@ -30,7 +30,15 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from .._config import ConfigError, FrozenConfig
-from .._io import ModelFileError, atomic_directory, available_device, read_json, read_tensors
+from .._io import (
+    ModelFileError,
+    atomic_directory,
+    available_device,
+    file_sha256,
+    read_json,
+    read_tensors,
+    verify_checksums,
+)
 from ..data.table import DataValidationError, EncodedTable, TableEncoder, TableSchema
 from ..models.registry import get_model
 from ..nn.columns import CATEGORICAL, ColumnOutputs
@@ -41,7 +49,7 @@ from ..training.distributed import current_group, local_shards, make_shards, res
 from ..training.losses import cell_losses, gaussian_std
 from ..training.masking import mask_for_inference
 from ..training.seeding import seeded_build
-from ..training.trainer import BestCheckpoint, ProgressBar, Trainer, TrainHistory
+from ..training.trainer import BestCheckpoint, CostWarning, ProgressBar, Trainer, TrainHistory
 from ._context import PredictionContext
 from ._sampling import DuplicateLookup, RowSampler, permute_targets, split_validation, stratified_order
 
@@ -78,6 +86,10 @@ class TableLearner:
         self.device = resolve_device(device)
         self.seed = int(seed)
         self.verbose = verbose
+        self.label = ""  # shown in the progress bar: "member 2 of 3" for an ensemble's member
+        # the caller's validation rows (an estimator's ``eval_set``), encoded: when set, they pick
+        # the best checkpoint and every training row trains (no internal validation split)
+        self.eval_rows: EncodedTable | None = None
         self.encoder: TableEncoder | None = None
         self.module: torch.nn.Module | None = None
         self.context: PredictionContext | None = None  # set by fit, set_context and load
@@ -161,6 +173,8 @@ class TableLearner:
         cadence = {"checkpoint_every_steps", "checkpoint_every_seconds", "shards"}
         train = {k: v for k, v in self.train_config.to_dict().items() if k not in cadence}
         arrays = [enc.values, enc.missing] + ([enc_u.values, enc_u.missing] if enc_u is not None else [])
+        if self.eval_rows is not None:
+            arrays += [self.eval_rows.values, self.eval_rows.missing]
         return fingerprint(
             *arrays, encoder.to_dict(), self.model_name, self.model_config.to_dict(), train, self.seed
         )
@@ -251,9 +265,8 @@ class TableLearner:
         has_targets = bool(schema.targets)
         # NOTE[DIFF]: the paper selects checkpoints on the benchmark's own validation split; an
         # estimator gets one table, so a stratified share of it is held out for that.
-        train_idx, val_idx = split_validation(
-            len(enc.values), cfg.validation_fraction if has_targets else 0.0, strata, rng
-        )
+        fraction = cfg.validation_fraction if has_targets and self.eval_rows is None else 0.0
+        train_idx, val_idx = split_validation(len(enc.values), fraction, strata, rng)
         train_values = enc.values[train_idx]
         train_missing = enc.missing[train_idx]
         labelled = np.ones(len(train_idx), dtype=bool)
@@ -278,12 +291,18 @@ class TableLearner:
         lookup = cfg.training_task == "duplicate_lookup"
         if lookup:
             sampler = DuplicateLookup(sampler, schema.target_indices, cfg.lookup_shuffle_targets)
+        bar = " ".join(filter(None, [self.model_name, self.label, f"on {self.device}"]))
         setup = TrainingSetup(
             sampler=sampler,
             generator=torch.Generator(device=self.device).manual_seed(self.seed),
-            callbacks=[ProgressBar(self.verbose, f"{self.model_name} fit on {self.device}")],
+            callbacks=[ProgressBar(self.verbose, bar), CostWarning()],
         )
-        if len(val_idx):
+        if self.eval_rows is not None and has_targets:
+            setup.callbacks.append(BestCheckpoint(cfg.patience, cfg.smoothing))
+            val, ctx = self.eval_rows, EncodedTable(enc.values, enc.missing)
+            setup.validation = (ctx, val)
+            setup.evaluate = lambda: self._target_loss(ctx, val)
+        elif len(val_idx):
             setup.callbacks.append(BestCheckpoint(cfg.patience, cfg.smoothing))
             val = EncodedTable(enc.values[val_idx], enc.missing[val_idx])
             ctx = EncodedTable(enc.values[train_idx], enc.missing[train_idx])
@@ -524,15 +543,17 @@ class TableLearner:
             return cls.load(tmp, device=device)[0]
 
     def _save_files(self, path: Path, extra: dict[str, Any] | None) -> Path:
-        meta = self.state_dict()
-        meta["estimator"] = extra or {}
-        (path / "semiparam.json").write_text(json.dumps(meta, indent=2, default=_json_default))
         weights = {k: v.detach().cpu().contiguous() for k, v in self.module.state_dict().items()}
         save_file(weights, str(path / "model.safetensors"))
         assert self.context is not None
         # the rows (NPT), or only their encoding: then the saved model holds no training row
         context = self.context.to_tensors(getattr(self.module, "state_to_tensors", None))
         save_file(context, str(path / "context.safetensors"))
+        meta = self.state_dict()
+        meta["estimator"] = extra or {}
+        # checked on load: a tensor file changed after saving is refused, not run
+        meta["sha256"] = {name: file_sha256(path / name) for name in TENSOR_FILES}
+        (path / "semiparam.json").write_text(json.dumps(meta, indent=2, default=_json_default))
         return path
 
     @classmethod
@@ -556,6 +577,7 @@ class TableLearner:
         learner.history = TrainHistory(**meta["history"])
         learner.temperatures = dict(meta.get("temperatures", {}))
         learner.module = learner._build_module()
+        verify_checksums(path, meta.get("sha256"))
         weights_file = path / "model.safetensors"
         try:
             learner.module.load_state_dict(read_tensors(weights_file, load_file, device=str(learner.device)))
@@ -569,6 +591,9 @@ class TableLearner:
             ctx, keeps_rows=keeps_rows, state_from_tensors=getattr(learner.module, "state_from_tensors", None)
         )
         return learner, meta["estimator"]
+
+
+TENSOR_FILES = ("model.safetensors", "context.safetensors")  # a saved learner's tensor files
 
 
 def read_model_meta(path: Path) -> dict[str, Any]:

@@ -166,6 +166,9 @@ class EnsembleLearner:
             TableLearner(model_name, model_config, member_config, device=device, seed=s, verbose=verbose)
             for s in member_seeds(self.seed, n_members)
         ]
+        if n_members > 1:
+            for k, member in enumerate(self.members):
+                member.label = f"member {k + 1} of {n_members}"
         self.encoder: TableEncoder | None = None
         self.history: EnsembleHistory | None = None
 
@@ -201,14 +204,21 @@ class EnsembleLearner:
         unlabeled: pd.DataFrame | None = None,
         checkpoint_dir: str | Path | None = None,
         resume: bool = False,
+        evaluation: pd.DataFrame | None = None,
     ) -> EnsembleLearner:
         """Fit the encoder once, then every member. ``checkpoint_dir``: each member checkpoints
         into ``member_<k>/`` under it; ``resume`` continues a killed fit (members that finished
-        are not trained again). See :meth:`TableLearner.fit_encoded`."""
+        are not trained again). ``evaluation``: labelled rows (an estimator's ``eval_set``) that
+        every member validates on instead of its own held-out share. See
+        :meth:`TableLearner.fit_encoded`."""
         start = time.perf_counter()
         first = self.members[0]
         enc, enc_u = first.encode_for_fit(frame, schema, unlabeled)
         assert first.encoder is not None
+        if evaluation is not None:
+            rows = first.encoder.transform(evaluation)
+            for member in self.members:
+                member.eval_rows = rows
         return self.fit_encoded(
             first.encoder, enc, enc_u, checkpoint_dir=checkpoint_dir, resume=resume, started=start
         )
@@ -237,8 +247,15 @@ class EnsembleLearner:
         if self.trains_together(checkpoint_dir):
             self._fit_together(enc, enc_u)
         elif self.backend == "serial" or len(self.members) == 1:
-            for member, member_dir in zip(self.members, member_dirs, strict=True):
+            overhead = 0.0  # seconds a member's fit spends outside its training steps, as measured
+            for k, (member, member_dir) in enumerate(zip(self.members, member_dirs, strict=True)):
+                budget = self._member_budget(k, time.perf_counter() - start, overhead)
+                if budget is not None:
+                    member.train_config = member.train_config.replace(time_budget=budget)
+                began = time.perf_counter()
                 member.fit_encoded(self.encoder, enc, enc_u, checkpoint_dir=member_dir, resume=resume)
+                assert member.history is not None
+                overhead = max(overhead, time.perf_counter() - began - member.history.seconds)
         else:
             # one Ray task per member; each returns its fitted member in the saved format
             fit = _MemberFit(self.encoder, enc, enc_u, resume)
@@ -257,6 +274,20 @@ class EnsembleLearner:
             [m.history for m in self.members if m.history is not None], time.perf_counter() - start
         )
         return self
+
+    def _member_budget(self, k: int, spent: float, overhead: float) -> float | None:
+        """Seconds of training for member ``k`` when the fit has a ``time_budget``: what is left of
+        the budget after ``spent`` seconds, shared among the members still to train, less each
+        one's ``overhead`` outside its steps (validation split, context encoding, calibration;
+        the first member's guess: 5% of the budget), so that the whole fit ends near the budget.
+        Every member gets at least a tenth of an even share, to take a few steps."""
+        budget = self.train_config.time_budget
+        if budget is None:
+            return None
+        left = len(self.members) - k
+        guess = overhead if k > 0 else 0.05 * budget / len(self.members)
+        share = (budget - spent) / left - guess
+        return max(share, 0.1 * budget / len(self.members))
 
     def trains_together(self, checkpoint_dir: str | Path | None = None) -> bool:
         """Whether the members train as one stacked model (``TrainConfig.members_together``, see
@@ -332,10 +363,10 @@ class EnsembleLearner:
         assert self.encoder is not None
         queries = frame if isinstance(frame, EncodedTable) else self.encoder.transform(frame, absent=absent)
         if self.backend == "ray" and len(queries.values) > self.predict_shard_rows:
-            return self._predict_sharded(queries, columns)
+            return _finite(self._predict_sharded(queries, columns))
         outs = [m.predict_columns(queries, columns) for m in self.members]
         if len(outs) == 1:
-            return outs[0]
+            return _finite(outs[0])
         result: dict[str, dict[str, np.ndarray]] = {}
         for name in columns:
             entries = [o[name] for o in outs]
@@ -350,7 +381,7 @@ class EnsembleLearner:
                 second = (stds**2 + means**2).mean(axis=0)  # mixture's second moment
                 entry["std"] = np.sqrt(np.maximum(second - mean**2, 0.0))
             result[name] = entry
-        return result
+        return _finite(result)
 
     def _predict_sharded(
         self, queries: EncodedTable, columns: Sequence[str]
@@ -438,3 +469,18 @@ class EnsembleLearner:
         for m in members[1:]:
             m.encoder = first.encoder  # one encoder, as when fitted
         return ens, extra
+
+
+def _finite(result: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[str, np.ndarray]]:
+    """``result``, refused when a prediction is NaN or infinite: a confident label read off NaN
+    probabilities would be a silent failure (weights altered on disk, a diverged model)."""
+    for name, entry in result.items():
+        for key, values in entry.items():
+            bad = ~np.isfinite(values)
+            if bad.any():
+                rows = np.flatnonzero(bad.reshape(len(values), -1).any(axis=1))
+                raise FloatingPointError(
+                    f"the model's {key} for {name!r} is not finite (NaN or inf) in {len(rows)} row(s), "
+                    f"first row {int(rows[0])}: its weights are damaged or it diverged in training"
+                )
+    return result

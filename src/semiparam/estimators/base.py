@@ -7,6 +7,8 @@ and fitted state as safetensors + JSON (no pickle).
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +70,15 @@ class TableEstimatorMixin(BaseEstimator):
             raise ConfigError(f"{clash} given both as arguments and in train_options")
         defaults = {k: v for k, v in self._train_defaults.items() if k not in explicit and k not in options}
         train_config = TrainConfig.from_dict({**defaults, **explicit, **options}, base=train_config)
+        if train_config.max_steps < train_config.min_steps:
+            warnings.warn(
+                f"max_steps={train_config.max_steps} is below min_steps={train_config.min_steps}, the "
+                "steps this preset trains before it trusts its validation loss: so short a fit can "
+                "predict worse than chance (a ranking of classes reversed); use max_steps >= "
+                f"{train_config.min_steps}, or a time_budget",
+                UserWarning,
+                stacklevel=3,
+            )
         return self._adjust_model_config(model_config), train_config
 
     def _adjust_model_config(self, model_config: Any) -> Any:
@@ -97,11 +108,14 @@ class TableEstimatorMixin(BaseEstimator):
         """Validate ``X`` (DataFrame or 2-D array-like) and return it as a DataFrame with the
         column names seen at fit (``x0, x1, ...`` for arrays)."""
         if isinstance(X, pd.DataFrame):
-            validate_data(self, X, reset=reset, skip_check_array=True)
+            if reset:
+                validate_data(self, X, reset=True, skip_check_array=True)
             frame = X.copy()
             frame.columns = [str(c) for c in frame.columns]
             if frame.shape[0] == 0:
                 raise DataValidationError("the table has no rows")
+            if not reset:
+                return self._match_columns(frame)
         else:
             array = check_array(
                 X, dtype=None, ensure_all_finite=False, ensure_min_samples=1, ensure_min_features=1
@@ -114,17 +128,40 @@ class TableEstimatorMixin(BaseEstimator):
                     converted = pd.to_numeric(frame[name], errors="coerce")
                     if not (converted.isna() & frame[name].notna()).any():
                         frame[name] = converted.astype("float64")
-        if not reset:
-            names = list(self.feature_columns_)
-            if list(frame.columns) != names:
-                if sorted(frame.columns) != sorted(names):
-                    raise DataValidationError(
-                        f"X has columns {list(frame.columns)}, but the model was fitted on {names}"
-                    )
-                frame = frame[names]
         return frame
 
-    def _categorical_features(self, frame: pd.DataFrame) -> list[str] | None:
+    def _match_columns(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """A DataFrame given after fit, its columns matched to the fitted ones by name (any order;
+        columns the model was not fitted on are left out with a warning; missing ones are named in
+        the error). A model fitted on an array matches columns by position."""
+        names = list(self.feature_columns_)
+        if not hasattr(self, "feature_names_in_"):  # fitted on an array: x0, x1, ... by position
+            if frame.shape[1] != len(names):
+                raise DataValidationError(
+                    f"X has {frame.shape[1]} columns, but the model was fitted on {len(names)}"
+                )
+            frame.columns = names
+            return frame
+        duplicated = sorted({c for c in frame.columns if list(frame.columns).count(c) > 1})
+        if duplicated:
+            raise DataValidationError(f"X has duplicate column name(s) {duplicated}")
+        missing = [c for c in names if c not in frame.columns]
+        if missing:
+            raise DataValidationError(
+                f"X lacks column(s) {missing} that the model was fitted on (it has {list(frame.columns)})"
+            )
+        extra = [c for c in frame.columns if c not in names]
+        if extra:
+            warnings.warn(
+                f"ignoring column(s) {extra} of X: the model was not fitted on them",
+                UserWarning,
+                stacklevel=4,
+            )
+        return frame[names]
+
+    def _categorical_features(self, frame: pd.DataFrame, targets: Sequence[str] = ()) -> list[str] | None:
+        """The feature columns ``categorical_features`` names (by name or position); a target
+        column named there is accepted (it marks the target categorical) and left out."""
         if self.categorical_features is None:
             return None
         names = list(frame.columns)
@@ -138,11 +175,24 @@ class TableEstimatorMixin(BaseEstimator):
                 out.append(names[c])
             elif str(c) in names:
                 out.append(str(c))
+            elif str(c) in targets:
+                continue
             else:
                 raise DataValidationError(
                     f"categorical_features names unknown column {c!r}; columns are {names}"
                 )
         return out
+
+    def _continuous_columns(self, frame: pd.DataFrame, targets: Sequence[str] = ()) -> list[str]:
+        """The columns of ``frame`` that ``continuous_features`` (an estimator that has it) forces
+        to be numbers; a target named there is accepted and left out."""
+        names = getattr(self, "continuous_features", None) or []
+        unknown = [str(c) for c in names if str(c) not in frame.columns and str(c) not in targets]
+        if unknown:
+            raise DataValidationError(
+                f"continuous_features names unknown column(s) {unknown}; columns are {list(frame.columns)}"
+            )
+        return [str(c) for c in names if str(c) in frame.columns]
 
     def _unlabeled_frame(self, X_unlabeled: Any) -> pd.DataFrame | None:
         if X_unlabeled is None:

@@ -26,7 +26,10 @@ class TableImputer(TransformerMixin, TableEstimatorMixin):
     training rows as context: the mean for continuous columns, the most probable category otherwise.
 
     Parameters are those of the classifiers (see ``NPTClassifier``), plus ``model``: ``"npt"`` or
-    ``"spin"``.
+    ``"spin"``; ``n_estimators`` members (default 1) average their predictions and a
+    ``time_budget`` bounds the whole fit. There is no target, so ``p_target``,
+    ``validation_fraction`` and ``patience`` (held-out labels and stopping on them) do not apply:
+    training runs ``max_steps`` steps (400 unless given) or until the ``time_budget``.
     """
 
     def __init__(
@@ -38,6 +41,8 @@ class TableImputer(TransformerMixin, TableEstimatorMixin):
         batch_size: int | None = None,
         learning_rate: float | None = None,
         p_feature: float | None = None,
+        time_budget: float | None = None,
+        n_estimators: int | None = 1,
         categorical_features: Sequence[Any] | None = None,
         model_options: dict[str, Any] | None = None,
         train_options: dict[str, Any] | None = None,
@@ -51,6 +56,8 @@ class TableImputer(TransformerMixin, TableEstimatorMixin):
         self.batch_size = batch_size
         self.learning_rate = learning_rate
         self.p_feature = p_feature
+        self.time_budget = time_budget
+        self.n_estimators = n_estimators
         self.categorical_features = categorical_features
         self.model_options = model_options
         self.train_options = train_options
@@ -58,12 +65,11 @@ class TableImputer(TransformerMixin, TableEstimatorMixin):
         self.random_state = random_state
         self.verbose = verbose
 
-    # parameters of the supervised estimators that do not apply here
+    # parameters of the supervised estimators that do not apply here: there is no target to hide
+    # or to validate on (see the class docstring)
     p_target = None
     validation_fraction = None
     patience = None
-    time_budget = None
-    n_estimators = 1
     # with nothing to validate on, the adaptive schedule would run to its ceiling: an imputer
     # trains for 400 steps unless max_steps is given. Feature masking is its whole training
     # signal, so it keeps the paper's p_feature of 0.15 (the cpu preset's 0.05 was chosen for

@@ -13,7 +13,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from ..data.columns import CATEGORICAL, CONTINUOUS
-from ..data.table import ColumnSpec, DataValidationError, TableSchema, infer_schema
+from ..data.table import ColumnSpec, DataValidationError, TableSchema, infer_schema, integer_labels
 from ._explain import ExplainMixin
 from .base import TableEstimatorMixin
 
@@ -30,6 +30,24 @@ def _require_y(estimator: Any, y: Any) -> None:
         raise ValueError(f"{type(estimator).__name__} requires y to be passed, but the target y is None")
 
 
+MIN_TRAINING_ROWS = 2  # rows a fit needs: one to learn from and one to predict
+
+
+def _check_trainable(frame: pd.DataFrame, target_specs: Sequence[ColumnSpec]) -> None:
+    """Refuse tables nothing can be learned from: too few rows, a target with a single class."""
+    if len(frame) < MIN_TRAINING_ROWS:
+        raise DataValidationError(
+            f"a fit needs at least {MIN_TRAINING_ROWS} labelled rows; the table has "
+            f"{len(frame)} sample{'s' if len(frame) != 1 else ''}"
+        )
+    for spec in target_specs:
+        if spec.kind == CATEGORICAL and len(spec.categories) < 2:
+            raise DataValidationError(
+                f"target {spec.name!r} has a single class {list(spec.categories)}; a classifier "
+                "needs at least two"
+            )
+
+
 class _SupervisedTableEstimator(ExplainMixin, TableEstimatorMixin):
     def _fit_frame(
         self,
@@ -39,6 +57,7 @@ class _SupervisedTableEstimator(ExplainMixin, TableEstimatorMixin):
         X_unlabeled: Any,
         checkpoint_dir: str | Path | None = None,
         resume: bool = False,
+        eval_set: Any = None,
     ) -> None:
         # NOTE[DIFF]: the papers train transductively (the test rows' features are in the input
         # during training); an estimator is inductive unless X_unlabeled is given, so a fitted
@@ -53,14 +72,42 @@ class _SupervisedTableEstimator(ExplainMixin, TableEstimatorMixin):
         self.feature_columns_ = list(frame.columns)
         unlabeled = self._unlabeled_frame(X_unlabeled)
         pool = frame if unlabeled is None else pd.concat([frame, unlabeled], ignore_index=True)
-        feature_schema = infer_schema(pool, categorical=self._categorical_features(frame))
+        categorical = self._categorical_features(frame, targets=list(targets.columns))
+        continuous = self._continuous_columns(frame, targets=list(targets.columns))
+        feature_schema = infer_schema(pool, categorical=categorical, continuous=continuous)
+        _check_trainable(frame, target_specs)
         schema = TableSchema(
             feature_schema.columns + tuple(target_specs), tuple(s.name for s in target_specs)
         )
         table = pd.concat([frame.reset_index(drop=True), targets.reset_index(drop=True)], axis=1)
+        evaluation = None if eval_set is None else self._eval_table(eval_set, targets)
         self.learner_ = self._new_learner().fit(
-            table, schema, unlabeled=unlabeled, checkpoint_dir=checkpoint_dir, resume=resume
+            table,
+            schema,
+            unlabeled=unlabeled,
+            checkpoint_dir=checkpoint_dir,
+            resume=resume,
+            evaluation=evaluation,
         )
+
+    def _eval_table(self, eval_set: Any, targets: pd.DataFrame) -> pd.DataFrame:
+        """``eval_set=(X_val, y_val)`` as one table of features and targets, checked as ``fit``
+        checks its own rows."""
+        if not isinstance(eval_set, (tuple, list)) or len(eval_set) != 2:
+            raise DataValidationError("eval_set must be a pair (X_val, y_val)")
+        X_val, y_val = eval_set
+        y_arr = np.asarray(y_val.to_numpy() if isinstance(y_val, (pd.Series, pd.DataFrame)) else y_val)
+        y2 = y_arr.reshape(len(y_arr), -1)
+        if y2.shape[1] != targets.shape[1]:
+            raise DataValidationError(
+                f"eval_set's y has {y2.shape[1]} target column(s), y has {targets.shape[1]}"
+            )
+        if pd.isna(pd.DataFrame(y2)).any().any():
+            raise DataValidationError("eval_set's y has missing values")
+        labels = pd.DataFrame(
+            {name: pd.Series(y2[:, k], dtype=targets[name].dtype) for k, name in enumerate(targets.columns)}
+        )
+        return self._context_frame(X_val, labels)
 
     def _context_frame(self, X: Any, targets: pd.DataFrame) -> pd.DataFrame:
         frame = self._as_frame(X, reset=False).reset_index(drop=True)
@@ -178,11 +225,14 @@ class TableClassifier(ClassifierMixin, _SupervisedTableEstimator):
         y: Any,
         X_unlabeled: Any = None,
         *,
+        eval_set: Any = None,
         checkpoint_dir: str | Path | None = None,
         resume: bool = False,
     ) -> TableClassifier:
         """Fit on ``X`` (DataFrame or array) and labels ``y``. ``X_unlabeled``: extra rows without
-        labels that join training (transductive mode of the paper)."""
+        labels that join training (transductive mode of the paper). ``eval_set=(X_val, y_val)``:
+        rows that pick the best checkpoint, decide when to stop and calibrate the probabilities,
+        instead of a share of ``X`` held out (every row of ``X`` then trains and is context)."""
         _require_y(self, y)
         y = column_or_1d(np.asarray(y) if not isinstance(y, pd.Series) else y.to_numpy(), warn=True)
         if pd.isna(pd.Series(y)).any():
@@ -193,8 +243,22 @@ class TableClassifier(ClassifierMixin, _SupervisedTableEstimator):
             TARGET, CATEGORICAL, tuple(c.item() if isinstance(c, np.generic) else c for c in self.classes_)
         )
         labels = pd.DataFrame({TARGET: pd.Series(y, dtype=object)})
-        self._fit_frame(X, labels, [spec], X_unlabeled, checkpoint_dir, resume)
+        self._fit_frame(X, labels, [spec], X_unlabeled, checkpoint_dir, resume, eval_set)
         return self
+
+    def _eval_table(self, eval_set: Any, targets: pd.DataFrame) -> pd.DataFrame:
+        if not isinstance(eval_set, (tuple, list)) or len(eval_set) != 2:
+            raise DataValidationError("eval_set must be a pair (X_val, y_val)")
+        X_val, y_val = eval_set
+        y_val = column_or_1d(np.asarray(y_val), warn=True)
+        unknown = sorted({str(v) for v in y_val} - {str(c) for c in self.classes_})
+        if unknown:
+            raise DataValidationError(
+                f"eval_set's labels {unknown} are not among y's {self.classes_.tolist()}"
+            )
+        index = {str(c): c for c in self.classes_.tolist()}
+        labels = pd.Series([index[str(v)] for v in y_val], dtype=object)
+        return self._context_frame(X_val, pd.DataFrame({TARGET: labels}))
 
     def set_context(self, X: Any, y: Any) -> TableClassifier:
         """Predict from the labelled rows ``(X, y)`` from now on, without retraining (e.g. after new
@@ -215,6 +279,11 @@ class TableClassifier(ClassifierMixin, _SupervisedTableEstimator):
 
     def predict_proba(self, X: Any) -> np.ndarray:
         return self._predict_targets(X)[TARGET]["proba"]
+
+    def predict_log_proba(self, X: Any) -> np.ndarray:
+        """The natural log of :meth:`predict_proba` (``-inf`` where a probability is 0)."""
+        with np.errstate(divide="ignore"):
+            return np.log(self.predict_proba(X))
 
     def predict(self, X: Any) -> np.ndarray:
         check_is_fitted(self, "learner_")
@@ -275,10 +344,12 @@ class TableRegressor(RegressorMixin, _ContinuousLossMixin, _SupervisedTableEstim
         y: Any,
         X_unlabeled: Any = None,
         *,
+        eval_set: Any = None,
         checkpoint_dir: str | Path | None = None,
         resume: bool = False,
     ) -> TableRegressor:
-        """Fit on ``X`` and a continuous target ``y`` (n,) or several, ``y`` (n, k)."""
+        """Fit on ``X`` and a continuous target ``y`` (n,) or several, ``y`` (n, k).
+        ``eval_set=(X_val, y_val)``: as :meth:`TableClassifier.fit`."""
         _require_y(self, y)
         y_arr = np.asarray(y.to_numpy() if isinstance(y, (pd.Series, pd.DataFrame)) else y)
         if y_arr.dtype == object:
@@ -294,7 +365,7 @@ class TableRegressor(RegressorMixin, _ContinuousLossMixin, _SupervisedTableEstim
         self.n_outputs_ = len(names)
         targets = pd.DataFrame(y2, columns=names)
         specs = [ColumnSpec(n, CONTINUOUS) for n in names]
-        self._fit_frame(X, targets, specs, X_unlabeled, checkpoint_dir, resume)
+        self._fit_frame(X, targets, specs, X_unlabeled, checkpoint_dir, resume, eval_set)
         return self
 
     def set_context(self, X: Any, y: Any) -> TableRegressor:
@@ -338,6 +409,11 @@ class TablePredictor(_ContinuousLossMixin, _SupervisedTableEstimator):
     ``fit(frame)`` trains with ``targets`` as target columns; ``predict(frame)`` returns a
     DataFrame with one column per target (the class for a categorical target, the mean for a
     continuous one) plus ``<target>_proba_<class>`` / ``<target>_std`` columns. Used by the CLI.
+
+    A target's kind: strings, booleans and categories are classes; an integer column with at
+    most ``MAX_INTEGER_CLASSES`` (10) distinct values is class labels (0/1, 0/1/2); other numbers
+    are continuous. ``categorical_features`` and ``continuous_features`` name columns, targets
+    or features, whose kind is forced either way.
     """
 
     def __init__(
@@ -357,6 +433,7 @@ class TablePredictor(_ContinuousLossMixin, _SupervisedTableEstimator):
         time_budget: float | None = None,
         n_estimators: int | None = None,
         categorical_features: Sequence[Any] | None = None,
+        continuous_features: Sequence[str] | None = None,
         model_options: dict[str, Any] | None = None,
         train_options: dict[str, Any] | None = None,
         device: str = "auto",
@@ -376,10 +453,13 @@ class TablePredictor(_ContinuousLossMixin, _SupervisedTableEstimator):
         frame: pd.DataFrame,
         X_unlabeled: Any = None,
         *,
+        eval_set: pd.DataFrame | None = None,
         checkpoint_dir: str | Path | None = None,
         resume: bool = False,
     ) -> TablePredictor:
-        """Fit on ``frame``, which holds the feature and the target columns."""
+        """Fit on ``frame``, which holds the feature and the target columns. ``eval_set``: a
+        table laid out the same, whose rows pick the best checkpoint and decide when to stop
+        instead of a share of ``frame`` held out."""
         if not isinstance(frame, pd.DataFrame):
             raise TypeError("TablePredictor.fit takes a DataFrame that holds the target columns")
         if not self.targets:
@@ -398,11 +478,33 @@ class TablePredictor(_ContinuousLossMixin, _SupervisedTableEstimator):
             raise DataValidationError(
                 f"target column(s) {bad} have missing values; drop those rows or pass them as X_unlabeled"
             )
-        cats = self._categorical_features(frame)
-        target_specs = infer_schema(labels, categorical=[t for t in targets if cats and t in cats]).columns
+        cats = self._categorical_features(frame) or []
+        continuous = self._continuous_columns(frame)
+        # an integer target with few values is class labels (data.table.integer_labels), unless
+        # continuous_features names it
+        categorical_targets = [
+            t for t in targets if t in cats or (t not in continuous and integer_labels(labels[t]))
+        ]
+        target_specs = infer_schema(
+            labels,
+            categorical=categorical_targets,
+            continuous=[t for t in targets if t in continuous],
+        ).columns
         features = frame.drop(columns=targets)
-        self._fit_frame(features, labels, list(target_specs), X_unlabeled, checkpoint_dir, resume)
+        self._fit_frame(features, labels, list(target_specs), X_unlabeled, checkpoint_dir, resume, eval_set)
         return self
+
+    def _eval_table(self, eval_set: Any, targets: pd.DataFrame) -> pd.DataFrame:
+        if not isinstance(eval_set, pd.DataFrame):
+            raise TypeError("a TablePredictor's eval_set is a DataFrame holding the target columns")
+        eval_set = eval_set.rename(columns=str)
+        names = list(targets.columns)
+        missing = [t for t in names if t not in eval_set.columns]
+        if missing:
+            raise DataValidationError(f"eval_set lacks the target column(s) {missing}")
+        if eval_set[names].isna().any().any():
+            raise DataValidationError("eval_set's target columns have missing values")
+        return self._context_frame(eval_set.drop(columns=names), eval_set[names])
 
     def _context_table(self, frame: Any, y: Any = None) -> pd.DataFrame:
         """Labelled rows: a DataFrame holding the feature and the target columns."""

@@ -166,6 +166,52 @@ class ProgressBar(Callback):
             self.bar.close()
 
 
+class CostWarning(Callback):
+    """Warn, once the first steps are timed, when a fixed schedule's steps will take longer than
+    ``threshold`` seconds on this machine (the paper presets on a CPU: hours), with the
+    projection, so that nobody waits unawares. The adaptive schedule's ``max_steps`` is only a
+    ceiling, so it is not projected."""
+
+    def __init__(self, threshold: float = 600.0, timed_steps: int = 3) -> None:
+        self.threshold = threshold
+        self.timed_steps = timed_steps
+        self.began: float | None = None
+
+    def on_step_end(self, trainer: Engine, step: int, stats: dict[str, float]) -> None:
+        c = trainer.config
+        if c.lr_schedule == "adaptive" or c.time_budget is not None:
+            return
+        done = step - trainer.start_step
+        if done == 0:  # the first step pays one-off costs; time the next ones
+            self.began = time.perf_counter()
+        elif done == self.timed_steps and self.began is not None:
+            per_step = (time.perf_counter() - self.began) / self.timed_steps
+            projected = per_step * (c.max_steps - step - 1)
+            if projected > self.threshold:
+                import warnings
+
+                warnings.warn(
+                    f"this fit's {c.max_steps} steps will take about {_duration(projected)} more on "
+                    f"{_device_of(trainer.model)} ({per_step:.2f} s per step so far); a GPU (device='auto'), "
+                    "the cpu preset, fewer max_steps or a time_budget make it shorter",
+                    UserWarning,
+                    stacklevel=2,
+                )
+
+
+def _device_of(model: nn.Module) -> str:
+    param = next(model.parameters(), None)
+    return "this machine" if param is None else str(param.device)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 class BatchSource(Protocol):
     """``source(step) -> batch``: the caller's batch drawing. A source with ``state_dict`` and
     ``load_state_dict`` (its random generator, the rest of its epoch) is checkpointed with the

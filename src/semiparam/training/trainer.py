@@ -22,7 +22,7 @@ from .checkpoint import TrainingCheckpoint, rng_state, set_rng_state
 from .config import TrainConfig
 from .device import autocast, autocast_dtype
 from .distributed import ProcessGroup, Shard, current_group, shard_rows
-from .engine import BatchSource, BestCheckpoint, Callback, Engine, ProgressBar, TrainHistory
+from .engine import BatchSource, BestCheckpoint, Callback, CostWarning, Engine, ProgressBar, TrainHistory
 from .losses import npt_loss
 from .masking import MaskedBatch, MaskingPolicy, mask_for_training
 from .optim import clip_gradients
@@ -34,6 +34,7 @@ __all__ = [
     "BestCheckpoint",
     "Callback",
     "ProgressBar",
+    "CostWarning",
     "TrainHistory",
     "Trainer",
 ]
