@@ -187,6 +187,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per cell")
     p.add_argument("--out-dir", type=Path, default=RESULTS)
     p.add_argument("--report-only", action="store_true")
+    p.add_argument(
+        "--quality",
+        nargs=2,
+        metavar=("BEFORE", "AFTER"),
+        help="'quality held': two tabular_defaults JSONL selections, PATH:TAG:SRC_SHA256 (the NPT "
+        "records of that tag and code; CatBoost and HGB from BEFORE's file), compared split by split",
+    )
     p.add_argument("--cell", nargs=4, metavar=("TABLE", "MODEL", "SPLIT", "DEVICE"), help=argparse.SUPPRESS)
     p.add_argument("--profile", nargs=3, metavar=("TABLE", "MODEL", "DEVICE"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -223,7 +230,120 @@ def main(argv: list[str] | None = None) -> None:
             with jsonl.open("a") as f:
                 f.write(json.dumps(ds.jsonable(record)) + "\n")
             print(f"       {out.get('status')} fit {out.get('fit_seconds', 0):.1f}s", flush=True)
-    write_report(read_lines(jsonl), a.out_dir)
+    quality = None
+    if a.quality:
+        quality = quality_held(*a.quality)
+        (a.out_dir / "fit_cost_quality.json").write_text(json.dumps(ds.jsonable(quality), indent=1))
+    elif (a.out_dir / "fit_cost_quality.json").exists():
+        quality = json.loads((a.out_dir / "fit_cost_quality.json").read_text())
+    write_report(read_lines(jsonl), a.out_dir, quality)
+
+
+# -- quality held: the development suite's scores before and after a change, from tabular_defaults ----
+
+REFERENCES = ("catboost", "hgb")  # the default GBDTs the neural model is ranked against
+
+
+def _selection(spec: str) -> tuple[list[dict[str, Any]], str]:
+    """``PATH:TAG:SRC_SHA256`` -> the ok NPT records of that tag and code (newest per cell), and
+    the path (whose reference models' records are read too)."""
+    path, tag, src = (spec.split(":") + ["", ""])[:3]
+    chosen: dict[tuple, dict[str, Any]] = {}
+    for r in read_lines(Path(path)):
+        if r.get("model") != "npt" or r.get("tag") != tag or r.get("score") is None:
+            continue
+        if src and (r.get("code") or {}).get("src_sha256") != src:
+            continue
+        chosen[(r["table"], r["split"])] = r
+    return list(chosen.values()), path
+
+
+def quality_held(before_spec: str, after_spec: str) -> dict[str, Any]:
+    """Per (table, split) where before, after and the references all have a score: the scores,
+    the ranks among NPT and the default GBDTs, the geometric-mean ratio to CatBoost, and the
+    paired change after/before with its spread over splits (the noise a change is judged by)."""
+    before, path = _selection(before_spec)
+    after, _ = _selection(after_spec)
+    refs: dict[tuple, float] = {}
+    for r in read_lines(Path(path)):
+        if r.get("model") in REFERENCES and r.get("tag") == "default" and r.get("score") is not None:
+            refs[(r["table"], r["model"], r["split"])] = r["score"]
+    b = {(r["table"], r["split"]): r["score"] for r in before}
+    a = {(r["table"], r["split"]): r["score"] for r in after}
+    cells = sorted(k for k in set(b) & set(a) if all((k[0], m, k[1]) in refs for m in REFERENCES))
+    per_cell = []
+    for t, s in cells:
+        scores = {"before": b[(t, s)], "after": a[(t, s)], **{m: refs[(t, m, s)] for m in REFERENCES}}
+        rank_before = ds.rank_scores({k: v for k, v in scores.items() if k != "after"})["before"]
+        rank_after = ds.rank_scores({k: v for k, v in scores.items() if k != "before"})["after"]
+        per_cell.append(
+            {"table": t, "split": s, **scores, "rank_before": rank_before, "rank_after": rank_after}
+        )
+    changes = [math.log(c["after"] / c["before"]) for c in per_cell]
+    tables = sorted({c["table"] for c in per_cell}, key=list(ds.TABLES).index)
+    per_table = []
+    for t in tables:
+        rows = [c for c in per_cell if c["table"] == t]
+        logs = [math.log(c["after"] / c["before"]) for c in rows]
+        per_table.append(
+            {
+                "table": t,
+                "splits": [c["split"] for c in rows],
+                **{k: float(np.mean([c[k] for c in rows])) for k in ("before", "after", *REFERENCES)},
+                "change_mean": float(np.expm1(np.mean(logs))),
+                "change_sd": float(np.std(logs, ddof=1)) if len(logs) > 1 else None,
+            }
+        )
+    return {
+        "before": before_spec,
+        "after": after_spec,
+        "cells": len(per_cell),
+        "per_table": per_table,
+        "per_cell": per_cell,
+        "mean_rank": {
+            "before": float(np.mean([c["rank_before"] for c in per_cell])),
+            "after": float(np.mean([c["rank_after"] for c in per_cell])),
+        },
+        "geomean_ratio_to_catboost": {
+            k: float(np.exp(np.mean([math.log(c[k] / c["catboost"]) for c in per_cell])))
+            for k in ("before", "after")
+        },
+        "change": {
+            "geomean": float(np.expm1(np.mean(changes))),
+            "sd_per_cell": float(np.std(changes, ddof=1)),
+            "se": float(np.std(changes, ddof=1) / math.sqrt(len(changes))),
+        },
+    }
+
+
+def quality_lines(q: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        "## Quality held: the development suite before and after",
+        "",
+        f"NPT at its defaults before (`{q['before']}`) and after (`{q['after']}`), beside CatBoost and",
+        "HGB at their defaults, on the same splits (records of `benchmarks/tabular_defaults.py`; a",
+        "score there does not depend on the machine's load, the seconds do, so fit times come from",
+        "the table above). Lower is better. Rank among NPT, CatBoost and HGB per table and split.",
+        "",
+        f"{q['cells']} cells. Mean rank: before {q['mean_rank']['before']:.2f}, after "
+        f"{q['mean_rank']['after']:.2f}. Geo-mean score / CatBoost: before "
+        f"{q['geomean_ratio_to_catboost']['before']:.4f}, "
+        f"after {q['geomean_ratio_to_catboost']['after']:.4f}. "
+        f"Paired change after/before: {q['change']['geomean']:+.2%} (geo-mean over cells; the "
+        f"cells' log changes spread {q['change']['sd_per_cell']:.3f}, standard error of the mean "
+        f"{q['change']['se']:.3f}).",
+        "",
+        "| table | splits | before | after | catboost | hgb | change (geo-mean) | log-change sd |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in q["per_table"]:
+        sd = "" if r["change_sd"] is None else f"{r['change_sd']:.3f}"
+        lines.append(
+            f"| {r['table']} | {','.join(map(str, r['splits']))} | {r['before']:.4g} | {r['after']:.4g} | "
+            f"{r['catboost']:.4g} | {r['hgb']:.4g} | {r['change_mean']:+.1%} | {sd} |"
+        )
+    return lines
 
 
 # -- report ---------------------------------------------------------------------------------------------
@@ -251,7 +371,7 @@ def member_steps(r: dict[str, Any]) -> list[int]:
     return [int(m["steps"]) for m in members]
 
 
-def write_report(records: list[dict[str, Any]], out_dir: Path) -> None:
+def write_report(records: list[dict[str, Any]], out_dir: Path, quality: dict[str, Any] | None = None) -> None:
     rows = current(records)
     fits = [r for r in rows if r["kind"] == "fit"]
     profiles = [r for r in rows if r["kind"] == "profile"]
@@ -281,7 +401,16 @@ def write_report(records: list[dict[str, Any]], out_dir: Path) -> None:
         "geomean_score_ratio_to_catboost": {m: float(np.exp(np.mean(v))) for m, v in log_ratios.items()},
     }
     codes = sorted({json.dumps(r["code"], sort_keys=True) for r in rows})
-    machines = sorted({json.dumps(r["machine"], sort_keys=True) for r in rows})
+    # the machine once (its load at each cell's start aside: the range is shown)
+    machines = sorted(
+        {
+            json.dumps(
+                {k: v for k, v in r["machine"].items() if k != "load_average_at_start"}, sort_keys=True
+            )
+            for r in rows
+        }
+    )
+    loads = [r["machine"].get("load_average_at_start", [math.nan])[0] for r in rows]
     commands = sorted({r["command"] for r in rows})
     lines = [
         "# What a default fit costs (NPT, SPIN, CatBoost)",
@@ -295,6 +424,9 @@ def write_report(records: list[dict[str, Any]], out_dir: Path) -> None:
         "Code: " + "; ".join(f"`{c}`" for c in codes),
         "",
         "Machine: " + "; ".join(f"`{m}`" for m in machines),
+        "",
+        f"One-minute load average at the cells' starts: {min(loads):.2f} to {max(loads):.2f} "
+        "(2 means both cores busy with the cell before).",
         "",
         "Devices of the neural models' cells: "
         + ", ".join(sorted({r["device"] for r in rows}))
@@ -342,6 +474,8 @@ def write_report(records: list[dict[str, Any]], out_dir: Path) -> None:
                 ]
             row += [f"{c['score']:.4g}" if c else "" for c in cells.values()]
             lines.append("| " + " | ".join(row) + " |")
+    if quality is not None:
+        lines += quality_lines(quality)
     if profiles:
         lines += [
             "",

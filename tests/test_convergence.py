@@ -232,6 +232,9 @@ def test_spin_ensemble_with_time_budget():
         model_options={"d_embedding": 8, "n_heads": 2},
         random_state=0,
     ).fit(X, y)
-    assert reg.learner_.members[0].train_config.time_budget == pytest.approx(30.0)
+    # each member's share of what is left of the whole fit's budget, less its overhead:
+    budgets = [m.train_config.time_budget for m in reg.learner_.members]
+    # the first gets half of the budget less a guess at its overhead; the second what is left
+    assert budgets[0] == pytest.approx(28.5, abs=0.5) and 0 < budgets[1] <= 60.0
     assert math.isfinite(float(np.mean(reg.predict(X))))
     assert reg.history_.stop_reason.endswith("annealed")  # the cpu preset's adaptive schedule

@@ -34,6 +34,7 @@ LAYERS: dict[str, int] = {
     "semiparam": 5,  # the package's __init__: the public estimators, models and configs
     "semiparam.bench": 6,
     "semiparam.cli": 6,
+    "semiparam.__main__": 6,  # python -m semiparam: the command line
     "semiparam.tuning": 6,  # searches over the estimators; reads configs as the CLI does
 }
 
