@@ -298,3 +298,17 @@ def test_cli_evaluate_and_predict_carrying_an_id(tmp_path: Path, capsys: pytest.
     assert main(["predict", str(run), str(tmp_path / "new.csv"), "--id", "id", "--out", str(out)]) == 0
     preds = pd.read_csv(out)
     assert list(preds.columns[:2]) == ["id", "label"] and preds["id"].tolist() == frame["id"].tolist()
+
+
+def test_feature_importances_as_a_fitted_attribute(tmp_path: Path) -> None:
+    frame = labelled(n=120)
+    X = frame.drop(columns="label")
+    clf = NPTClassifier(random_state=0, **{**FAST, "max_steps": 30}).fit(X, frame["label"])
+    importances = clf.feature_importances_
+    assert importances.shape == (3,) and np.all(importances >= 0)
+    assert importances.sum() == pytest.approx(1.0) or importances.sum() == 0.0
+    assert clf.feature_importances_ is importances  # computed once
+    loaded = NPTClassifier.load(clf.save(tmp_path / "m"))
+    assert not hasattr(loaded, "feature_importances_")  # no held-out rows on disk: a clear AttributeError
+    model = TablePredictor(targets=["label"], random_state=0, **FAST).fit(frame)
+    assert model.feature_importances_.shape == (3,)

@@ -90,6 +90,7 @@ class TableLearner:
         # the caller's validation rows (an estimator's ``eval_set``), encoded: when set, they pick
         # the best checkpoint and every training row trains (no internal validation split)
         self.eval_rows: EncodedTable | None = None
+        self.validation_index: np.ndarray | None = None  # set by training_setup
         self.encoder: TableEncoder | None = None
         self.module: torch.nn.Module | None = None
         self.context: PredictionContext | None = None  # set by fit, set_context and load
@@ -267,6 +268,7 @@ class TableLearner:
         # estimator gets one table, so a stratified share of it is held out for that.
         fraction = cfg.validation_fraction if has_targets and self.eval_rows is None else 0.0
         train_idx, val_idx = split_validation(len(enc.values), fraction, strata, rng)
+        self.validation_index = val_idx  # positions of the held-out rows (feature_importances_)
         train_values = enc.values[train_idx]
         train_missing = enc.missing[train_idx]
         labelled = np.ones(len(train_idx), dtype=bool)

@@ -89,6 +89,48 @@ class _SupervisedTableEstimator(ExplainMixin, TableEstimatorMixin):
             resume=resume,
             evaluation=evaluation,
         )
+        # the rows feature_importances_ is scored on, when first asked for: the eval_set, else the
+        # first member's held-out rows (rows it never trained on); kept in memory, not saved
+        held_out = self.learner_.members[0].validation_index
+        self._importance_rows = (
+            evaluation
+            if evaluation is not None
+            else table.iloc[held_out].reset_index(drop=True)
+            if held_out is not None and len(held_out) >= 2
+            else None
+        )
+        self._feature_importances = None
+
+    @property
+    def feature_importances_(self) -> np.ndarray:
+        """Per feature (in the order of ``feature_names_in_``), how much the held-out loss grows
+        when the feature is hidden in the scored rows (:meth:`feature_importances`, ``scope="row"``),
+        negative values set to 0 and the whole scaled to sum to 1 (all 0 when no feature helps).
+        Scored on ``eval_set`` or the first member's validation rows on first access, so it costs
+        nothing until asked for; a model loaded from disk has no held-out rows (call
+        ``feature_importances(X, y)`` with labelled rows)."""
+        check_is_fitted(self, "learner_")
+        cached = getattr(self, "_feature_importances", None)
+        if cached is not None:
+            return cached
+        rows = getattr(self, "_importance_rows", None)
+        if rows is None:
+            raise AttributeError(
+                "feature_importances_ needs held-out rows (a fit with validation_fraction > 0 or "
+                "an eval_set, in this process); call feature_importances(X, y) with labelled rows"
+            )
+        names = list(self.learner_.schema.targets)
+        if len(names) != 1:
+            raise AttributeError("feature_importances_ is defined for one target; call feature_importances")
+        scores = self._importance_scores(rows, names[0])
+        raw = np.clip(scores["importance"].reindex(self.feature_columns_).to_numpy(dtype=float), 0.0, None)
+        total = raw.sum()
+        self._feature_importances = raw / total if total > 0 else raw
+        return self._feature_importances
+
+    def _importance_scores(self, rows: pd.DataFrame, target: str) -> pd.DataFrame:
+        """:meth:`feature_importances` of held-out ``rows`` (features and the target column)."""
+        return self.feature_importances(rows.drop(columns=[target]), rows[target].to_numpy(), scope="row")
 
     def _eval_table(self, eval_set: Any, targets: pd.DataFrame) -> pd.DataFrame:
         """``eval_set=(X_val, y_val)`` as one table of features and targets, checked as ``fit``
@@ -493,6 +535,9 @@ class TablePredictor(_ContinuousLossMixin, _SupervisedTableEstimator):
         features = frame.drop(columns=targets)
         self._fit_frame(features, labels, list(target_specs), X_unlabeled, checkpoint_dir, resume, eval_set)
         return self
+
+    def _importance_scores(self, rows: pd.DataFrame, target: str) -> pd.DataFrame:
+        return self.feature_importances(rows, None, scope="row")
 
     def _eval_table(self, eval_set: Any, targets: pd.DataFrame) -> pd.DataFrame:
         if not isinstance(eval_set, pd.DataFrame):

@@ -377,6 +377,11 @@ class Engine:
                 self.request_stop(step - 1, "max_steps")
             elif c.time_budget is not None and spent * (1.0 + c.anneal_fraction) >= c.time_budget:
                 self.request_stop(step - 1, "time_budget")
+                # the anneal gets the steps that fit in the time left at the pace so far, however
+                # short (min_anneal_steps would run past a small budget)
+                if step > 0 and self.anneal_start is not None:
+                    fit = int(max(c.time_budget - spent, 0.0) / (spent / step))
+                    self.anneal_steps = max(1, min(self.anneal_steps, fit))
         elif not self.adaptive and c.time_budget is not None:
             if self.group.broadcast(elapsed()) >= c.time_budget:
                 self.request_stop(step - 1, "time_budget")
