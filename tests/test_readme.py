@@ -60,7 +60,7 @@ def test_the_python_examples_run(few_steps: None, tmp_path: Path, monkeypatch: p
         "X": X, "y": y, "X_new": X[60:], "df_with_missing_cells": holes,
         "X_more": X[20:], "y_more": labels[20:],
     }  # fmt: skip
-    (block,) = section_blocks("Python", "python")
+    block = section_blocks("Python", "python")[0]  # the first: the estimators
     exec(compile(block, str(README), "exec"), namespace)  # noqa: S102 - the README's own code
     assert namespace["proba"].shape == (30, 2) and not namespace["filled"]["hours"].isna().any()
 
@@ -79,7 +79,7 @@ def test_the_command_line_examples_run(tmp_path: Path, monkeypatch: pytest.Monke
     holes.loc[::5, "hours"] = np.nan
     holes.to_csv("table_with_holes.csv", index=False)
     Path("settings.toml").write_text("[model]\nn_heads = 2\n\n[train]\nlearning_rate = 0.005\n")
-    (block,) = section_blocks("Command line", "bash")
+    block = section_blocks("Command line", "bash")[0]  # the first: fit, predict, ...
     ran = 0
     for line in block.splitlines():
         args = shlex.split(line, comments=True)
