@@ -9,7 +9,8 @@ budget.
 Start-up: each command is run ``--repeats`` times as a fresh process (after one warm-up run, so
 the file cache is warm as on a user's second call); the median and the slowest are reported. Time
 budget: the default ``NPTClassifier`` and ``NPTRegressor`` (three members) fitted with each budget
-on a development table, 2 threads, whole ``fit`` timed; the goal is within 10% or half a second.
+on a development table, 2 threads, whole ``fit`` timed; the goal is to end no later than 10% of
+the budget or half a second after it.
 Writes ``results/first_hour.md`` and ``.json``; no figure is typed into either. Run it alone.
 """
 
@@ -63,7 +64,6 @@ def budget_cell(table: str, budget: float) -> dict[str, Any]:
         "budget_s": budget,
         "fit_s": seconds,
         "over_s": seconds - budget,
-        "within_goal": abs(seconds - budget) <= max(0.1 * budget, 0.5),
         "steps": [h.n_steps for h in est.history_.members],
     }
 
@@ -103,7 +103,8 @@ def render(payload: dict[str, Any]) -> str:
         "",
         "## Default NPT fits with a time budget (whole fit timed, 2 threads)",
         "",
-        "Goal: within 10% of the budget or half a second.",
+        "Goal: a budget is a limit: the whole fit ends no later than 10% of the budget or half a",
+        "second after it (whichever is more). 'over s' is negative where the fit ended early.",
         "",
         "| table | budget s | fit s | over s | within goal | steps per member |",
         "|---|---|---|---|---|---|",
@@ -111,7 +112,7 @@ def render(payload: dict[str, Any]) -> str:
     for row in payload["budgets"]:
         lines.append(
             f"| {row['table']} | {row['budget_s']:g} | {row['fit_s']:.2f} | {row['over_s']:+.2f} | "
-            f"{'yes' if row['within_goal'] else 'no'} | {row['steps']} |"
+            f"{'yes' if row['over_s'] <= max(0.1 * row['budget_s'], 0.5) else 'no'} | {row['steps']} |"
         )
     return "\n".join(lines) + "\n"
 
