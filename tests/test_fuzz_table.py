@@ -191,3 +191,96 @@ def test_infer_schema_on_any_table(frame: pd.DataFrame) -> None:
         return
     assert len(schema.columns) == frame.shape[1]
     assert len(set(schema.names)) == len(schema.names)
+
+
+# -- the entry points a user calls: an estimator on a DataFrame, the command line on a CSV -------------
+
+ENTRY = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+TINY = {"d_embedding": 4, "n_heads": 2, "n_blocks": 2}
+
+
+@st.composite
+def labelled_tables(draw: st.DrawFn) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A training table with a ``target`` column (numbers, or a few labels) among random feature
+    columns (any kind, strings in numeric columns, empty strings, huge and tiny values, duplicate
+    names), and a table to predict drawn the same way."""
+    kinds = draw(st.lists(st.sampled_from(KINDS), min_size=1, max_size=3))
+    names = draw(st.lists(NAMES, min_size=len(kinds), max_size=len(kinds)))
+    n = draw(st.integers(1, 8))
+    features = [make_column(k, draw(cells(k, n, unseen=False))) for k in kinds]
+    test_features = [make_column(k, draw(cells(k, 3, unseen=True))) for k in kinds]
+    train = pd.concat(features, axis=1, ignore_index=True)
+    test = pd.concat(test_features, axis=1, ignore_index=True)
+    train.columns = test.columns = [str(c) for c in names]
+    labels = st.sampled_from(["yes", "no"]) if draw(st.booleans()) else st.integers(0, 1) | finite_floats
+    train["target"] = draw(st.lists(labels, min_size=n, max_size=n))
+    if draw(st.booleans()) and n > 1:  # one stray string in a numeric feature
+        train[train.columns[0]] = train[train.columns[0]].astype(object)
+        train.iat[0, 0] = "n/a?"
+    return train, test
+
+
+def fit_or_refuse(train: pd.DataFrame, test: pd.DataFrame) -> None:
+    from semiparam import ConfigError, TablePredictor
+
+    model = TablePredictor(
+        targets=["target"], max_steps=2, n_estimators=1, model_options=TINY, verbose=False, device="cpu"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # too few steps, unseen categories: by design
+        try:
+            model.fit(train)
+        except (DataValidationError, ConfigError):
+            return
+        try:
+            out = model.predict(test)
+        except DataValidationError:
+            return
+        except TypeError:
+            assert has_nonscalar(test)
+            return
+    assert len(out) == len(test) and "target" in out.columns
+
+
+@ENTRY
+@given(labelled_tables())
+def test_an_estimator_fits_or_refuses_any_table(case: tuple[pd.DataFrame, pd.DataFrame]) -> None:
+    fit_or_refuse(*case)
+
+
+@ENTRY
+@given(case=labelled_tables())
+def test_the_command_line_fits_any_csv_or_says_why_in_one_line(
+    case: tuple[pd.DataFrame, pd.DataFrame], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    import contextlib
+    import io
+
+    from semiparam.cli.main import main
+
+    train, _ = case
+    tmp = tmp_path_factory.mktemp("csv")
+    train.to_csv(tmp / "t.csv", index=False)
+    err = io.StringIO()
+    args = ["fit", str(tmp / "t.csv"), "--target", "target", "--out", str(tmp / "run"), "--quiet"]
+    args += [
+        "--set",
+        "train.max_steps=2",
+        "--n-estimators",
+        "1",
+        "--device",
+        "cpu",
+        "--set",
+        "model.d_embedding=4",
+    ]
+    with (
+        warnings.catch_warnings(),
+        contextlib.redirect_stderr(err),
+        contextlib.redirect_stdout(io.StringIO()),
+    ):
+        warnings.simplefilter("ignore", UserWarning)
+        code = main(args)
+    assert code in (0, 2)
+    if code == 2:
+        lines = err.getvalue().strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("semiparam: error:"), err.getvalue()

@@ -108,6 +108,12 @@ class TableEstimatorMixin(BaseEstimator):
         """Validate ``X`` (DataFrame or 2-D array-like) and return it as a DataFrame with the
         column names seen at fit (``x0, x1, ...`` for arrays)."""
         if isinstance(X, pd.DataFrame):
+            names = [str(c) for c in X.columns]
+            duplicated = sorted({c for c in names if names.count(c) > 1})
+            if duplicated:
+                raise DataValidationError(
+                    f"X has duplicate column name(s) {duplicated} (names are compared as text)"
+                )
             if reset:
                 validate_data(self, X, reset=True, skip_check_array=True)
             frame = X.copy()
@@ -142,9 +148,6 @@ class TableEstimatorMixin(BaseEstimator):
                 )
             frame.columns = names
             return frame
-        duplicated = sorted({c for c in frame.columns if list(frame.columns).count(c) > 1})
-        if duplicated:
-            raise DataValidationError(f"X has duplicate column name(s) {duplicated}")
         missing = [c for c in names if c not in frame.columns]
         if missing:
             raise DataValidationError(
