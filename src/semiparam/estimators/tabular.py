@@ -542,14 +542,12 @@ class TablePredictor(_ContinuousLossMixin, _SupervisedTableEstimator):
     def _eval_table(self, eval_set: Any, targets: pd.DataFrame) -> pd.DataFrame:
         if not isinstance(eval_set, pd.DataFrame):
             raise TypeError("a TablePredictor's eval_set is a DataFrame holding the target columns")
-        eval_set = eval_set.rename(columns=str)
-        names = list(targets.columns)
-        missing = [t for t in names if t not in eval_set.columns]
-        if missing:
-            raise DataValidationError(f"eval_set lacks the target column(s) {missing}")
-        if eval_set[names].isna().any().any():
-            raise DataValidationError("eval_set's target columns have missing values")
-        return self._context_frame(eval_set.drop(columns=names), eval_set[names])
+        return self._labelled_rows(
+            eval_set,
+            list(targets.columns),
+            missing="eval_set lacks the target column(s) {}",
+            holes="eval_set's target columns have missing values",
+        )
 
     def _context_table(self, frame: Any, y: Any = None) -> pd.DataFrame:
         """Labelled rows: a DataFrame holding the feature and the target columns."""
@@ -557,13 +555,25 @@ class TablePredictor(_ContinuousLossMixin, _SupervisedTableEstimator):
             raise TypeError(
                 "a TablePredictor takes labelled rows as one DataFrame holding the target columns"
             )
-        targets = list(self.learner_.schema.targets)
-        missing = [t for t in targets if t not in frame.columns.astype(str)]
-        if missing:
-            raise DataValidationError(f"target column(s) {missing} not in the table")
+        return self._labelled_rows(
+            frame,
+            list(self.learner_.schema.targets),
+            missing="target column(s) {} not in the table",
+            holes="target columns of labelled rows may not have missing values",
+        )
+
+    def _labelled_rows(
+        self, frame: pd.DataFrame, targets: list[str], *, missing: str, holes: str
+    ) -> pd.DataFrame:
+        """``frame``'s feature and ``targets`` columns as :meth:`_context_frame` takes them, after
+        checking that every target is there (``missing``, formatted with their names) and fully
+        labelled (``holes``)."""
         frame = frame.rename(columns=str)
+        absent = [t for t in targets if t not in frame.columns]
+        if absent:
+            raise DataValidationError(missing.format(absent))
         if frame[targets].isna().any().any():
-            raise DataValidationError("target columns of labelled rows may not have missing values")
+            raise DataValidationError(holes)
         return self._context_frame(frame.drop(columns=targets), frame[targets])
 
     def predict(self, frame: Any) -> pd.DataFrame:
