@@ -312,3 +312,126 @@ def test_feature_importances_as_a_fitted_attribute(tmp_path: Path) -> None:
     assert not hasattr(loaded, "feature_importances_")  # no held-out rows on disk: a clear AttributeError
     model = TablePredictor(targets=["label"], random_state=0, **FAST).fit(frame)
     assert model.feature_importances_.shape == (3,)
+
+
+def test_feature_importances_are_scored_on_rows_the_scoring_model_never_saw(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first member's held-out rows are scored by that member alone, predicting from the rows
+    it trained on: the other members trained on them, and the full context holds their labels."""
+    frame = labelled(n=100)
+    X, y = frame.drop(columns="label"), frame["label"]
+    clf = NPTClassifier(random_state=0, **{**FAST, "n_estimators": 3}).fit(X, y)
+    calls = []
+    original = NPTClassifier.feature_importances
+
+    def spy(self: NPTClassifier, X: pd.DataFrame, y: np.ndarray, **kwargs: object) -> pd.DataFrame:
+        calls.append((len(self.learner_.members), len(X), kwargs.get("context")))
+        return original(self, X, y, **kwargs)
+
+    monkeypatch.setattr(NPTClassifier, "feature_importances", spy)
+    assert clf.feature_importances_.shape == (3,)
+    ((n_members, n_rows, context),) = calls
+    held_out = clf.learner_.members[0].validation_index
+    assert n_members == 1 and n_rows == len(held_out) == 10
+    X_ctx, _ = context
+    assert len(X_ctx) == len(X) - len(held_out)
+    assert not set(map(tuple, X.iloc[held_out].to_numpy())) & set(map(tuple, X_ctx.to_numpy()))
+    assert len(clf.learner_.members) == 3  # the estimator itself keeps every member
+
+
+# -- sample_weight ---------------------------------------------------------------------------------
+
+
+def test_weighted_loss_counts_a_row_of_weight_two_twice() -> None:
+    import torch
+
+    from semiparam.data.columns import ColumnLayout
+    from semiparam.nn.columns import ColumnOutputs
+    from semiparam.training.losses import npt_loss
+
+    layout = ColumnLayout(kinds=("continuous", "continuous"), cardinalities=(0, 0))
+    rng = torch.Generator().manual_seed(0)
+    pred, true = torch.randn(3, 2, 1, generator=rng), torch.randn(3, 2, generator=rng)
+    score_t = torch.tensor([[False, True]] * 3)
+    score_f = torch.tensor([[True, False], [False, False], [True, False]])
+    weights = torch.tensor([2.0, 1.0, 0.0])
+    weighted, _ = npt_loss(ColumnOutputs(pred, []), true, score_t, score_f, layout, 0.3, row_weights=weights)
+    t = [0, 0, 1]  # row 0 twice, row 1 once, row 2 not at all
+    plain, _ = npt_loss(ColumnOutputs(pred[t], []), true[t], score_t[t], score_f[t], layout, 0.3)
+    assert torch.allclose(weighted, plain)
+
+
+def test_zero_weight_rows_do_not_train_the_model() -> None:
+    rng = np.random.default_rng(0)
+    n = 80
+    X = pd.DataFrame({"a": rng.normal(size=n), "b": rng.normal(size=n)})
+    heavy = np.arange(n) % 2 == 0
+    y = np.where(heavy, 0.0, 10.0)  # rows of weight 0 hold another target
+    fast = {**FAST, "max_steps": 40, "random_state": 0}
+    plain = NPTRegressor(**fast).fit(X, y).predict(X).mean()
+    weighted = NPTRegressor(**fast).fit(X, y, sample_weight=heavy.astype(float)).predict(X).mean()
+    assert weighted < 2.5 < plain
+    labels = np.where(heavy, "kept", "ignored")
+    together = {**fast, "train_options": {"members_together": "always"}, "n_estimators": 2}
+    model = NPTClassifier(**together).fit(X, labels, sample_weight=heavy.astype(float))
+    assert (model.predict(X) == "kept").mean() > 0.9
+
+
+def test_equal_weights_are_no_weights_and_bad_weights_are_refused() -> None:
+    frame = labelled()
+    X, y = frame.drop(columns="label"), frame["label"]
+    plain = NPTClassifier(random_state=0, **FAST).fit(X, y).predict_proba(X)
+    ones = NPTClassifier(random_state=0, **FAST).fit(X, y, sample_weight=np.full(len(X), 3.0))
+    np.testing.assert_array_equal(ones.predict_proba(X), plain)
+    model = NPTClassifier(random_state=0, **FAST)
+    for bad, message in [
+        (np.ones(len(X) - 1), "one weight per row"),
+        (np.r_[-1.0, np.ones(len(X) - 1)], "finite and >= 0"),
+        (np.r_[np.nan, np.ones(len(X) - 1)], "finite and >= 0"),
+        (np.r_[1.0, np.zeros(len(X) - 1)], "zero for all but 1 row"),
+        (["heavy"] * len(X), "must hold numbers"),
+    ]:
+        with pytest.raises(DataValidationError, match=message):
+            model.fit(X, y, sample_weight=bad)
+    predictor = TablePredictor(targets=["label"], random_state=0, **FAST)
+    predictor.fit(frame, sample_weight=np.linspace(0.5, 2, len(frame)))
+    assert predictor.predict(frame.head(3)).shape[0] == 3
+
+
+def test_cli_weight_column_and_the_validation_scores_in_metrics(tmp_path: Path) -> None:
+    frame = labelled(80)
+    frame["w"] = np.where(np.arange(len(frame)) % 4 == 0, 0.0, 1.5)
+    frame.to_csv(tmp_path / "t.csv", index=False)
+    common = ["--set", "train.max_steps=3", "--quiet", "--n-estimators", "2"]
+    out = tmp_path / "run"
+    assert (
+        main(
+            [
+                "fit",
+                str(tmp_path / "t.csv"),
+                "--target",
+                "label",
+                "--weight-column",
+                "w",
+                "--out",
+                str(out),
+                *common,
+            ]
+        )
+        == 0
+    )
+    metrics = json.loads((out / "metrics.json").read_text())
+    validation = metrics["validation"]
+    assert len(validation["members"]) == 2
+    member = validation["members"][0]["label"]
+    assert 0.0 <= member["accuracy"] <= 1.0 and member["log_loss"] > 0 and member["rows"] == 8
+    mean = np.mean([m["label"]["accuracy"] for m in validation["members"]])
+    assert validation["mean"]["label"]["accuracy"] == pytest.approx(mean)
+    config = json.loads((out / "config.json").read_text())
+    assert config["weight_column"] == "w" and "w" not in config["schema"]["targets"]
+    assert "w" not in [c["name"] for c in config["schema"]["columns"]]
+    for bad in ("label", "nope"):
+        assert (
+            main(["fit", str(tmp_path / "t.csv"), "--target", "label", "--weight-column", bad, *common]) == 2
+        )

@@ -56,7 +56,7 @@ def test_the_python_examples_run(few_steps: None, tmp_path: Path, monkeypatch: p
     holes.loc[::5, "hours"] = np.nan
     namespace = {
         "X_train": X[:50], "y_train": labels[:50], "X_test": X[50:],
-        "X_val": X[50:65], "y_val": labels[50:65],
+        "X_val": X[50:65], "y_val": labels[50:65], "w": np.linspace(0.5, 2.0, 50),
         "X": X, "y": y, "X_new": X[60:], "df_with_missing_cells": holes,
         "X_more": X[20:], "y_more": labels[20:],
     }  # fmt: skip
@@ -68,7 +68,7 @@ def test_the_python_examples_run(few_steps: None, tmp_path: Path, monkeypatch: p
 def test_the_command_line_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     X, labels, y = frames()
-    table = X.assign(income=labels, y=y)
+    table = X.assign(income=labels, y=y, weight=np.linspace(0.5, 2.0, len(X)))
     table[:60].to_csv("train.csv", index=False)
     test = table[60:].copy()
     test.insert(0, "customer_id", [f"c{k}" for k in range(len(test))])

@@ -115,6 +115,9 @@ class WorkerLostError(RuntimeError):
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
+    import numpy as np
+    import pandas as pd
+
     from ..estimators.tabular import TablePredictor
     from ..training.distributed import init_from_environment
 
@@ -138,6 +141,15 @@ def cmd_fit(args: argparse.Namespace) -> int:
     group.barrier()
     frame = read_table(args.data, _split_list(args.na_values))
     targets = _split_list(args.target) or []
+    weights = None
+    if args.weight_column:
+        if args.weight_column in targets or args.weight_column not in frame.columns:
+            where = "is a target" if args.weight_column in targets else "is not in the table"
+            raise ValueError(f"--weight-column {args.weight_column!r} {where}")
+        weights = pd.to_numeric(frame.pop(args.weight_column), errors="coerce").to_numpy()
+        if np.isnan(weights).any():
+            rows = np.flatnonzero(np.isnan(weights))[:5].tolist()
+            raise ValueError(f"--weight-column {args.weight_column!r} has no number at row(s) {rows}")
     predictor = TablePredictor(
         targets=targets,
         loss=args.loss,
@@ -152,7 +164,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     # the training state goes to <out>/checkpoint/ as it trains; the finished run replaces the
     # directory at once (the checkpoint moves into it, so --resume on a finished run is a no-op)
     try:
-        predictor.fit(frame, checkpoint_dir=checkpoints, resume=args.resume)
+        predictor.fit(frame, sample_weight=weights, checkpoint_dir=checkpoints, resume=args.resume)
     except RuntimeError as err:
         if not group.distributed:
             raise
@@ -181,6 +193,13 @@ def cmd_fit(args: argparse.Namespace) -> int:
     kinds = "; ".join(_target_kind(spec) for spec in schema.columns if spec.name in targets)
     print(f"fitted {args.model} on {len(frame)} rows in {seconds:.1f}s{best}; run written to {out}")
     print(f"targets: {kinds}")
+    summary = predictor.learner_.validation_summary()
+    if summary:
+        scores = "; ".join(
+            f"{target} " + ", ".join(f"{k} {v:.4g}" for k, v in entry.items())
+            for target, entry in summary["mean"].items()
+        )
+        print(f"held-out rows (each member's own validation rows, mean over members): {scores}")
     return 0
 
 
@@ -208,6 +227,7 @@ def _write_run(
             {
                 "data": str(args.data),
                 "targets": targets,
+                "weight_column": args.weight_column,
                 "model": args.model,
                 "preset": args.preset,
                 "model_config": learner.model_config.to_dict(),
@@ -230,6 +250,8 @@ def _write_run(
         "best_val_loss": history.best_val_loss,
         "best_step": history.best_step,
         "stop_reason": history.stop_reason,
+        # each member's scores on its own held-out rows (never trained on), and their mean
+        "validation": learner.validation_summary(),
         "ensemble": history.summary(),
         "history": history.to_dict(),
     }
@@ -383,6 +405,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="replace an existing, non-empty run directory")
     p.add_argument(
         "--resume", action="store_true", help="continue the killed fit whose run directory is --out"
+    )
+    p.add_argument(
+        "--weight-column",
+        help="column holding each row's sample weight in the loss (a number >= 0; not a feature)",
     )
     p.add_argument(
         "--continuous",

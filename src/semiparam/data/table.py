@@ -259,6 +259,8 @@ def _numeric_column(col: pd.Series, name: str) -> np.ndarray:
 class EncodedTable:
     values: np.ndarray  # (n, d) float32: standardised scalars / category indices; 0 where missing
     missing: np.ndarray  # (n, d) bool
+    # (n,) float32 sample weights of the rows (a fit's ``sample_weight``), None: every row 1
+    weights: np.ndarray | None = None
 
 
 def _quantile_transformer(quantiles: Sequence[float], references: Sequence[float]) -> Any:

@@ -91,6 +91,8 @@ class TableLearner:
         # the best checkpoint and every training row trains (no internal validation split)
         self.eval_rows: EncodedTable | None = None
         self.validation_index: np.ndarray | None = None  # set by training_setup
+        # per target, scores on the validation rows after training (finish_fit; saved with the model)
+        self.validation_scores: dict[str, dict[str, float]] = {}
         self.encoder: TableEncoder | None = None
         self.module: torch.nn.Module | None = None
         self.context: PredictionContext | None = None  # set by fit, set_context and load
@@ -174,6 +176,8 @@ class TableLearner:
         cadence = {"checkpoint_every_steps", "checkpoint_every_seconds", "shards"}
         train = {k: v for k, v in self.train_config.to_dict().items() if k not in cadence}
         arrays = [enc.values, enc.missing] + ([enc_u.values, enc_u.missing] if enc_u is not None else [])
+        if enc.weights is not None:
+            arrays.append(enc.weights)
         if self.eval_rows is not None:
             arrays += [self.eval_rows.values, self.eval_rows.missing]
         return fingerprint(
@@ -272,10 +276,13 @@ class TableLearner:
         train_values = enc.values[train_idx]
         train_missing = enc.missing[train_idx]
         labelled = np.ones(len(train_idx), dtype=bool)
+        weights = None if enc.weights is None else enc.weights[train_idx]
         if enc_u is not None:
             train_values = np.concatenate([train_values, enc_u.values])
             train_missing = np.concatenate([train_missing, enc_u.missing])
             labelled = np.concatenate([labelled, np.zeros(len(enc_u.values), dtype=bool)])
+            if weights is not None:  # unlabelled rows count once (their features are scored)
+                weights = np.concatenate([weights, np.ones(len(enc_u.values), dtype=weights.dtype)])
         train_strata = None
         if strata is not None and cfg.class_balance:
             train_strata = np.concatenate(
@@ -289,6 +296,7 @@ class TableLearner:
             cfg.batch_size,
             train_strata,
             rng,
+            None if weights is None else torch.as_tensor(weights, device=self.device),
         )
         lookup = cfg.training_task == "duplicate_lookup"
         if lookup:
@@ -306,13 +314,14 @@ class TableLearner:
             setup.evaluate = lambda: self._target_loss(ctx, val)
         elif len(val_idx):
             setup.callbacks.append(BestCheckpoint(cfg.patience, cfg.smoothing))
-            val = EncodedTable(enc.values[val_idx], enc.missing[val_idx])
+            val_weights = None if enc.weights is None else enc.weights[val_idx]
+            val = EncodedTable(enc.values[val_idx], enc.missing[val_idx], val_weights)
             ctx = EncodedTable(enc.values[train_idx], enc.missing[train_idx])
             if lookup:  # each validation row is predicted from its duplicate
                 if cfg.lookup_shuffle_targets:
                     perm = rng.permutation(len(val_idx))
                     shuffled = permute_targets(val.values, val.missing, schema.target_indices, perm)
-                    val = EncodedTable(*shuffled)
+                    val = EncodedTable(*shuffled, val.weights)
                 ctx = val
             setup.validation = (ctx, val)
             setup.evaluate = lambda: self._target_loss(ctx, val)
@@ -325,7 +334,45 @@ class TableLearner:
         self.temperatures = {}
         if self.train_config.calibrate and setup.validation is not None:
             self._calibrate(*setup.validation)
+        self.validation_scores = {}
+        if setup.validation is not None:
+            self.validation_scores = self._validation_scores(*setup.validation)
         self.set_context(EncodedTable(enc.values, enc.missing))
+
+    def _validation_scores(self, context: EncodedTable, queries: EncodedTable) -> dict[str, dict[str, float]]:
+        """Per target, the trained model's scores on its validation rows predicted from the rows
+        it validated against (rows it never trained on), in the target's own terms: ``rmse`` and
+        ``mae`` (original units) of a continuous target, ``accuracy`` and ``log_loss``
+        (calibrated) of a categorical one; weighted by the rows' sample weights when given."""
+        assert self.module is not None
+        outputs = self.query_outputs(queries, self.encode(context, self.module), self.module)
+        names = [self.schema.names[j] for j in self.schema.target_indices]
+        decoded = self.decode_outputs(outputs, names)
+        scores: dict[str, dict[str, float]] = {}
+        for name, j in zip(names, self.schema.target_indices, strict=True):
+            seen = ~queries.missing[:, j]
+            if not seen.any():
+                continue
+            truth = queries.values[seen, j].astype(np.float64)
+            weights = None if queries.weights is None else queries.weights[seen].astype(np.float64)
+            if weights is not None and not weights.sum() > 0:
+                continue
+            if "proba" in decoded[name]:
+                proba = decoded[name]["proba"][seen]
+                label = truth.astype(np.int64)
+                picked = np.clip(proba[np.arange(len(label)), label], 1e-15, 1.0)
+                scores[name] = {
+                    "accuracy": float(np.average(proba.argmax(1) == label, weights=weights)),
+                    "log_loss": float(np.average(-np.log(picked), weights=weights)),
+                }
+            else:
+                error = decoded[name]["mean"][seen] - self.encoder.decode_continuous(name, truth)  # type: ignore[union-attr]
+                scores[name] = {
+                    "rmse": float(np.sqrt(np.average(error**2, weights=weights))),
+                    "mae": float(np.average(np.abs(error), weights=weights)),
+                }
+        scores_rows = int(len(queries.values))
+        return {name: {**entry, "rows": scores_rows} for name, entry in scores.items()}
 
     @property
     def keeps_training_rows(self) -> bool:
@@ -433,9 +480,22 @@ class TableLearner:
                 continue
             logits = outputs.categorical[layout.categorical.index(j)].double().cpu()[torch.as_tensor(seen)]
             labels = torch.as_tensor(queries.values[seen, j], dtype=torch.long)
+            weights = (
+                torch.ones(len(labels), dtype=torch.float64)
+                if queries.weights is None
+                else torch.as_tensor(queries.weights[seen], dtype=torch.float64)
+            )
+            if not weights.sum() > 0:
+                continue
 
-            def nll(log_t: float, logits: torch.Tensor = logits, labels: torch.Tensor = labels) -> float:
-                return float(torch.nn.functional.cross_entropy(logits / math.exp(log_t), labels))
+            def nll(
+                log_t: float,
+                logits: torch.Tensor = logits,
+                labels: torch.Tensor = labels,
+                weights: torch.Tensor = weights,
+            ) -> float:
+                each = torch.nn.functional.cross_entropy(logits / math.exp(log_t), labels, reduction="none")
+                return float((each * weights).sum() / weights.sum())
 
             # T >= 1 only softens: a small validation split the model gets all right would
             # otherwise drive T towards 0 and make the model surer still
@@ -443,16 +503,19 @@ class TableLearner:
             self.temperatures[self.schema.names[j]] = float(math.exp(best.x))
 
     def _target_loss(self, context: EncodedTable, queries: EncodedTable) -> float:
-        """Mean target loss of ``queries`` predicted from ``context`` (validation)."""
+        """Mean target loss of ``queries`` predicted from ``context`` (validation), weighted by
+        the queries' sample weights when they have them."""
         assert self.module is not None
         was_training = self.module.training
         outputs = self.query_outputs(queries, self.encode(context, self.module), self.module)
         true = torch.as_tensor(queries.values, device=self.device)
-        scored = ~torch.as_tensor(queries.missing, device=self.device) & self.target_mask()
+        scored = (~torch.as_tensor(queries.missing, device=self.device) & self.target_mask()).to(true.dtype)
+        if queries.weights is not None:
+            scored = scored * torch.as_tensor(queries.weights, device=self.device)[:, None]
         losses = cell_losses(outputs, true, self.schema.layout())
         if was_training:
             self.module.train()
-        return float((losses * scored).sum() / scored.sum().clamp(min=1))
+        return float((losses * scored).sum() / scored.sum().clamp(min=1e-12))
 
     def context_state(self) -> Any:
         """The encoding of the context, computed once (:meth:`PredictionContext.encoding`)."""
@@ -515,6 +578,7 @@ class TableLearner:
             "device": str(self.device),
             "history": self.history.to_dict(),
             "temperatures": self.temperatures,
+            "validation_scores": self.validation_scores,
         }
 
     def save(self, path: str | Path, extra: dict[str, Any] | None = None, *, overwrite: bool = False) -> Path:
@@ -578,6 +642,7 @@ class TableLearner:
         learner.encoder = TableEncoder.from_dict(meta["encoder"])
         learner.history = TrainHistory(**meta["history"])
         learner.temperatures = dict(meta.get("temperatures", {}))
+        learner.validation_scores = dict(meta.get("validation_scores", {}))  # absent in older files
         learner.module = learner._build_module()
         verify_checksums(path, meta.get("sha256"))
         weights_file = path / "model.safetensors"

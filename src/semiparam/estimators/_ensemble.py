@@ -195,6 +195,17 @@ class EnsembleLearner:
     def keeps_training_rows(self) -> bool:
         return self.members[0].keeps_training_rows
 
+    def validation_summary(self) -> dict[str, Any]:
+        """Each member's scores on its own validation rows (:attr:`TableLearner.validation_scores`:
+        rows that member never trained on, predicted from the rows it trained on) and, per target
+        and score, their mean over the members that have one. Empty without validation rows."""
+        members = [m.validation_scores for m in self.members]
+        mean: dict[str, dict[str, float]] = {}
+        for target in dict.fromkeys(t for scores in members for t in scores):
+            entries = [scores[target] for scores in members if target in scores]
+            mean[target] = {k: float(np.mean([e[k] for e in entries])) for k in entries[0] if k != "rows"}
+        return {"mean": mean, "members": members} if mean else {}
+
     # -- fitting --------------------------------------------------------------------------------
     def fit(
         self,
@@ -205,15 +216,19 @@ class EnsembleLearner:
         checkpoint_dir: str | Path | None = None,
         resume: bool = False,
         evaluation: pd.DataFrame | None = None,
+        sample_weight: np.ndarray | None = None,
     ) -> EnsembleLearner:
         """Fit the encoder once, then every member. ``checkpoint_dir``: each member checkpoints
         into ``member_<k>/`` under it; ``resume`` continues a killed fit (members that finished
         are not trained again). ``evaluation``: labelled rows (an estimator's ``eval_set``) that
-        every member validates on instead of its own held-out share. See
+        every member validates on instead of its own held-out share. ``sample_weight``: the
+        rows' weights in the training and validation losses (None: every row 1). See
         :meth:`TableLearner.fit_encoded`."""
         start = time.perf_counter()
         first = self.members[0]
         enc, enc_u = first.encode_for_fit(frame, schema, unlabeled)
+        if sample_weight is not None:
+            enc = dataclasses.replace(enc, weights=np.asarray(sample_weight, dtype=np.float32))
         assert first.encoder is not None
         if evaluation is not None:
             rows = first.encoder.transform(evaluation)

@@ -60,8 +60,10 @@ class RowSampler:
         batch_size: int,
         strata: np.ndarray | None,
         rng: np.random.Generator,
+        weights: torch.Tensor | None = None,
     ) -> None:
-        self.values, self.missing, self.labelled = values, missing, labelled
+        """``weights``: the rows' sample weights (None: every row 1)."""
+        self.values, self.missing, self.labelled, self.weights = values, missing, labelled, weights
         self.n_rows = len(values)
         self.n_batches = max(1, math.ceil(self.n_rows / batch_size))
         self.strata, self.rng = strata, rng
@@ -69,12 +71,13 @@ class RowSampler:
 
     def __call__(self, step: int) -> Batch:
         if self.n_batches == 1:
-            return Batch(self.values, self.missing, self.labelled)
+            return Batch(self.values, self.missing, self.labelled, weights=self.weights)
         if not self.epoch_batches:  # new epoch: a fresh stratified deal of rows into batches
             order = stratified_order(self.n_rows, self.strata, self.rng)
             self.epoch_batches.extend(order[k :: self.n_batches] for k in range(self.n_batches))
         idx = torch.as_tensor(self.epoch_batches.pop(), device=self.values.device)
-        return Batch(self.values[idx], self.missing[idx], self.labelled[idx])
+        weights = None if self.weights is None else self.weights[idx]
+        return Batch(self.values[idx], self.missing[idx], self.labelled[idx], weights=weights)
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -120,6 +123,7 @@ class DuplicateLookup:
             torch.cat([missing, missing]),
             torch.cat([batch.labelled, batch.labelled]),
             revealed,
+            None if batch.weights is None else torch.cat([batch.weights, batch.weights]),
         )
 
     def state_dict(self) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,35 @@ def _check_trainable(frame: pd.DataFrame, target_specs: Sequence[ColumnSpec]) ->
             )
 
 
+def check_sample_weight(sample_weight: Any, n_rows: int) -> np.ndarray | None:
+    """A fit's ``sample_weight`` as float32 weights of its ``n_rows`` rows, or None when every
+    row weighs the same (weights that are all equal change nothing). Refused: a shape other than
+    (n_rows,), a value that is not a finite number >= 0, fewer than two rows of positive weight."""
+    if sample_weight is None:
+        return None
+    try:
+        w = np.asarray(sample_weight, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise DataValidationError(f"sample_weight must hold numbers: {err}") from None
+    if w.ndim != 1 or len(w) != n_rows:
+        raise DataValidationError(
+            f"sample_weight must be one weight per row of X: shape ({n_rows},), got {w.shape}"
+        )
+    bad = np.flatnonzero(~np.isfinite(w) | (w < 0))
+    if len(bad):
+        raise DataValidationError(
+            f"sample_weight must be finite and >= 0; row(s) {bad[:5].tolist()} hold {w[bad[:5]].tolist()}"
+        )
+    if (w > 0).sum() < MIN_TRAINING_ROWS:
+        raise DataValidationError(
+            f"sample_weight is zero for all but {(w > 0).sum()} row(s); a fit needs at least "
+            f"{MIN_TRAINING_ROWS} rows of positive weight"
+        )
+    if np.all(w == w[0]):
+        return None
+    return (w / w.mean()).astype(np.float32)
+
+
 class _SupervisedTableEstimator(ExplainMixin, TableEstimatorMixin):
     def _fit_frame(
         self,
@@ -58,6 +88,7 @@ class _SupervisedTableEstimator(ExplainMixin, TableEstimatorMixin):
         checkpoint_dir: str | Path | None = None,
         resume: bool = False,
         eval_set: Any = None,
+        sample_weight: Any = None,
     ) -> None:
         # NOTE[DIFF]: the papers train transductively (the test rows' features are in the input
         # during training); an estimator is inductive unless X_unlabeled is given, so a fitted
@@ -69,6 +100,7 @@ class _SupervisedTableEstimator(ExplainMixin, TableEstimatorMixin):
         clash = [c for c in targets.columns if c in frame.columns]
         if clash:
             raise DataValidationError(f"target name(s) {clash} clash with feature columns")
+        weights = check_sample_weight(sample_weight, len(frame))
         self.feature_columns_ = list(frame.columns)
         unlabeled = self._unlabeled_frame(X_unlabeled)
         pool = frame if unlabeled is None else pd.concat([frame, unlabeled], ignore_index=True)
@@ -88,17 +120,17 @@ class _SupervisedTableEstimator(ExplainMixin, TableEstimatorMixin):
             checkpoint_dir=checkpoint_dir,
             resume=resume,
             evaluation=evaluation,
+            sample_weight=weights,
         )
-        # the rows feature_importances_ is scored on, when first asked for: the eval_set, else the
-        # first member's held-out rows (rows it never trained on); kept in memory, not saved
+        # what feature_importances_ is scored on, when first asked for (kept in memory, not
+        # saved): the eval_set, predicted by every member from its context; else the first
+        # member's held-out rows, predicted by that member alone from the rows it trained on
+        # (the other members trained on those rows, and the full context holds their labels)
         held_out = self.learner_.members[0].validation_index
-        self._importance_rows = (
-            evaluation
-            if evaluation is not None
-            else table.iloc[held_out].reset_index(drop=True)
-            if held_out is not None and len(held_out) >= 2
-            else None
-        )
+        self._importance_rows, self._importance_context = evaluation, None
+        if evaluation is None and held_out is not None and len(held_out) >= 2:
+            self._importance_rows = table.iloc[held_out].reset_index(drop=True)
+            self._importance_context = table.drop(index=held_out).reset_index(drop=True)
         self._feature_importances = None
 
     @property
@@ -122,15 +154,27 @@ class _SupervisedTableEstimator(ExplainMixin, TableEstimatorMixin):
         names = list(self.learner_.schema.targets)
         if len(names) != 1:
             raise AttributeError("feature_importances_ is defined for one target; call feature_importances")
-        scores = self._importance_scores(rows, names[0])
+        target, model = names[0], self
+        context = self._importance_context
+        if context is not None:  # member 0 alone, predicting from its training rows
+            model = copy.copy(self)
+            model.learner_ = copy.copy(self.learner_)
+            model.learner_.members = self.learner_.members[:1]
+        scores = model._importance_scores(rows, target, context)
         raw = np.clip(scores["importance"].reindex(self.feature_columns_).to_numpy(dtype=float), 0.0, None)
         total = raw.sum()
         self._feature_importances = raw / total if total > 0 else raw
         return self._feature_importances
 
-    def _importance_scores(self, rows: pd.DataFrame, target: str) -> pd.DataFrame:
-        """:meth:`feature_importances` of held-out ``rows`` (features and the target column)."""
-        return self.feature_importances(rows.drop(columns=[target]), rows[target].to_numpy(), scope="row")
+    def _importance_scores(
+        self, rows: pd.DataFrame, target: str, context: pd.DataFrame | None
+    ) -> pd.DataFrame:
+        """:meth:`feature_importances` of held-out ``rows`` (features and the target column),
+        predicted from ``context`` rows laid out the same (None: the model's own context)."""
+        given = None if context is None else (context.drop(columns=[target]), context[target].to_numpy())
+        return self.feature_importances(
+            rows.drop(columns=[target]), rows[target].to_numpy(), scope="row", context=given
+        )
 
     def _eval_table(self, eval_set: Any, targets: pd.DataFrame) -> pd.DataFrame:
         """``eval_set=(X_val, y_val)`` as one table of features and targets, checked as ``fit``
@@ -268,13 +312,18 @@ class TableClassifier(ClassifierMixin, _SupervisedTableEstimator):
         X_unlabeled: Any = None,
         *,
         eval_set: Any = None,
+        sample_weight: Any = None,
         checkpoint_dir: str | Path | None = None,
         resume: bool = False,
     ) -> TableClassifier:
         """Fit on ``X`` (DataFrame or array) and labels ``y``. ``X_unlabeled``: extra rows without
         labels that join training (transductive mode of the paper). ``eval_set=(X_val, y_val)``:
         rows that pick the best checkpoint, decide when to stop and calibrate the probabilities,
-        instead of a share of ``X`` held out (every row of ``X`` then trains and is context)."""
+        instead of a share of ``X`` held out (every row of ``X`` then trains and is context).
+        ``sample_weight`` (n,): how much each row of ``X`` counts in the training loss and in the
+        validation loss of the rows held out (a weight of 2 counts a row twice, 0 not at all);
+        every row stays context for predictions whatever its weight. ``eval_set`` rows are
+        unweighted."""
         _require_y(self, y)
         y = column_or_1d(np.asarray(y) if not isinstance(y, pd.Series) else y.to_numpy(), warn=True)
         if pd.isna(pd.Series(y)).any():
@@ -285,7 +334,7 @@ class TableClassifier(ClassifierMixin, _SupervisedTableEstimator):
             TARGET, CATEGORICAL, tuple(c.item() if isinstance(c, np.generic) else c for c in self.classes_)
         )
         labels = pd.DataFrame({TARGET: pd.Series(y, dtype=object)})
-        self._fit_frame(X, labels, [spec], X_unlabeled, checkpoint_dir, resume, eval_set)
+        self._fit_frame(X, labels, [spec], X_unlabeled, checkpoint_dir, resume, eval_set, sample_weight)
         return self
 
     def _eval_table(self, eval_set: Any, targets: pd.DataFrame) -> pd.DataFrame:
@@ -387,11 +436,12 @@ class TableRegressor(RegressorMixin, _ContinuousLossMixin, _SupervisedTableEstim
         X_unlabeled: Any = None,
         *,
         eval_set: Any = None,
+        sample_weight: Any = None,
         checkpoint_dir: str | Path | None = None,
         resume: bool = False,
     ) -> TableRegressor:
         """Fit on ``X`` and a continuous target ``y`` (n,) or several, ``y`` (n, k).
-        ``eval_set=(X_val, y_val)``: as :meth:`TableClassifier.fit`."""
+        ``eval_set=(X_val, y_val)``, ``sample_weight``: as :meth:`TableClassifier.fit`."""
         _require_y(self, y)
         y_arr = np.asarray(y.to_numpy() if isinstance(y, (pd.Series, pd.DataFrame)) else y)
         if y_arr.dtype == object:
@@ -407,7 +457,7 @@ class TableRegressor(RegressorMixin, _ContinuousLossMixin, _SupervisedTableEstim
         self.n_outputs_ = len(names)
         targets = pd.DataFrame(y2, columns=names)
         specs = [ColumnSpec(n, CONTINUOUS) for n in names]
-        self._fit_frame(X, targets, specs, X_unlabeled, checkpoint_dir, resume, eval_set)
+        self._fit_frame(X, targets, specs, X_unlabeled, checkpoint_dir, resume, eval_set, sample_weight)
         return self
 
     def set_context(self, X: Any, y: Any) -> TableRegressor:
@@ -496,12 +546,14 @@ class TablePredictor(_ContinuousLossMixin, _SupervisedTableEstimator):
         X_unlabeled: Any = None,
         *,
         eval_set: pd.DataFrame | None = None,
+        sample_weight: Any = None,
         checkpoint_dir: str | Path | None = None,
         resume: bool = False,
     ) -> TablePredictor:
         """Fit on ``frame``, which holds the feature and the target columns. ``eval_set``: a
         table laid out the same, whose rows pick the best checkpoint and decide when to stop
-        instead of a share of ``frame`` held out."""
+        instead of a share of ``frame`` held out. ``sample_weight``: one weight per row of
+        ``frame``, as :meth:`TableClassifier.fit`."""
         if not isinstance(frame, pd.DataFrame):
             raise TypeError("TablePredictor.fit takes a DataFrame that holds the target columns")
         if not self.targets:
@@ -533,11 +585,17 @@ class TablePredictor(_ContinuousLossMixin, _SupervisedTableEstimator):
             continuous=[t for t in targets if t in continuous],
         ).columns
         features = frame.drop(columns=targets)
-        self._fit_frame(features, labels, list(target_specs), X_unlabeled, checkpoint_dir, resume, eval_set)
+        self._fit_frame(
+            features, labels, list(target_specs), X_unlabeled, checkpoint_dir, resume, eval_set, sample_weight
+        )
         return self
 
-    def _importance_scores(self, rows: pd.DataFrame, target: str) -> pd.DataFrame:
-        return self.feature_importances(rows, None, scope="row")
+    def _importance_scores(
+        self, rows: pd.DataFrame, target: str, context: pd.DataFrame | None
+    ) -> pd.DataFrame:
+        return self.feature_importances(
+            rows, None, scope="row", context=None if context is None else (context, None)
+        )
 
     def _eval_table(self, eval_set: Any, targets: pd.DataFrame) -> pd.DataFrame:
         if not isinstance(eval_set, pd.DataFrame):

@@ -45,12 +45,20 @@ def cell_losses(
     return losses
 
 
-def masked_mean(losses: Tensor, scored: Tensor) -> tuple[Tensor, int]:
-    """Mean of ``losses`` over ``scored`` cells (0 when none are scored) and the count."""
+def masked_mean(losses: Tensor, scored: Tensor, row_weights: Tensor | None = None) -> tuple[Tensor, int]:
+    """Mean of ``losses`` over ``scored`` cells (0 when none are scored) and the count. With
+    ``row_weights`` (n,) the mean is weighted by the cells' rows (a row of weight 2 counts as
+    that row twice); a scored cell of weight 0 counts for nothing."""
     count = int(scored.sum())
     if count == 0:
         return losses.new_zeros(()), 0
-    return (losses * scored).sum() / count, count
+    if row_weights is None:
+        return (losses * scored).sum() / count, count
+    weights = scored * row_weights.to(losses.dtype)[:, None]
+    total = weights.sum()
+    if not total > 0:  # only rows of weight 0 scored
+        return losses.new_zeros(()), 0
+    return (losses * weights).sum() / total, count
 
 
 def npt_loss(
@@ -61,10 +69,13 @@ def npt_loss(
     layout: ColumnLayout,
     lam: float,
     label_smoothing: float = 0.0,
+    row_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
+    """``row_weights`` (n,): the rows' sample weights (None: every row 1), which weigh both
+    groups' cells (a row's weight is how many times it counts)."""
     losses = cell_losses(outputs, true_values, layout, label_smoothing)
-    target_loss, n_target = masked_mean(losses, score_target)
-    feature_loss, n_feature = masked_mean(losses, score_feature)
+    target_loss, n_target = masked_mean(losses, score_target, row_weights)
+    feature_loss, n_feature = masked_mean(losses, score_feature, row_weights)
     if n_target == 0:  # pure self-supervision (imputation) or a batch without scored targets
         total = feature_loss if n_feature else target_loss
     elif n_feature == 0:

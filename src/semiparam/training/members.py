@@ -178,7 +178,14 @@ def train_members(
         for i, (b, m) in enumerate(zip(batches, masked, strict=True)):
             own = ColumnOutputs(outputs.continuous[i], [c[i] for c in outputs.categorical])
             loss, stats = npt_loss(
-                own, b.values[:n_rows], m.score_target, m.score_feature, layout, lam, config.label_smoothing
+                own,
+                b.values[:n_rows],
+                m.score_target,
+                m.score_feature,
+                layout,
+                lam,
+                config.label_smoothing,
+                b.row_weights(slice(n_rows)),
             )
             total = loss if total is None else total + loss  # each member's gradient is its own
             member_stats.append(stats)

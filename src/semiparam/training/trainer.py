@@ -43,12 +43,18 @@ __all__ = [
 @dataclass
 class Batch:
     """One training step's rows, encoded: ``values``/``missing`` (n, d), ``labelled`` (n,);
-    ``revealed`` (n,): rows shown whole and never scored (the duplicate-lookup task's copies)."""
+    ``revealed`` (n,): rows shown whole and never scored (the duplicate-lookup task's copies);
+    ``weights`` (n,): the rows' sample weights in the loss (None: every row 1)."""
 
     values: Tensor
     missing: Tensor
     labelled: Tensor
     revealed: Tensor | None = None
+    weights: Tensor | None = None
+
+    def row_weights(self, rows: Tensor | slice = slice(None)) -> Tensor | None:
+        """The sample weights of ``rows`` (None when the rows are unweighted)."""
+        return None if self.weights is None else self.weights[rows]
 
 
 def mask_batch(
@@ -157,6 +163,7 @@ class Trainer(Engine):
             self.layout,
             self.tradeoff(step),
             self.config.label_smoothing,
+            batch.row_weights(),
         )
 
     def train_step(self, batch: Batch, step: int) -> dict[str, float]:
@@ -193,6 +200,7 @@ class Trainer(Engine):
                 self.layout,
                 self.tradeoff(step),
                 self.config.label_smoothing,
+                batch.row_weights(rows),
             )
             # every parameter takes part in every backward pass, as DistributedDataParallel
             # needs, even when this shard has no cell to score (a parameter may be empty: the
