@@ -250,8 +250,11 @@ def test_eval_set_replaces_the_internal_split() -> None:
     assert clf.history_.members[0].eval_steps  # it validated on them
     with pytest.raises(DataValidationError, match="pair"):
         NPTClassifier(**FAST).fit(X, y, eval_set=X_val)
-    with pytest.raises(DataValidationError, match="not among"):
+    with pytest.raises(DataValidationError, match="eval_set's labels .* not seen"):
         NPTClassifier(**FAST).fit(X, y, eval_set=(X_val, y_val + 5))
+    # matched as set_context matches them: as they are, "1" is not the class 1
+    with pytest.raises(DataValidationError, match=r"eval_set's labels \['0', '1'\]"):
+        NPTClassifier(**FAST).fit(X, y, eval_set=(X_val, y_val.astype(str)))
     reg = NPTRegressor(random_state=0, **FAST).fit(
         X[["a", "b"]], X["a"] * 2, eval_set=(X_val[["a", "b"]], X_val["a"])
     )

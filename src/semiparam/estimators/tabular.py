@@ -340,16 +340,7 @@ class TableClassifier(ClassifierMixin, _SupervisedTableEstimator):
     def _eval_table(self, eval_set: Any, targets: pd.DataFrame) -> pd.DataFrame:
         if not isinstance(eval_set, (tuple, list)) or len(eval_set) != 2:
             raise DataValidationError("eval_set must be a pair (X_val, y_val)")
-        X_val, y_val = eval_set
-        y_val = column_or_1d(np.asarray(y_val), warn=True)
-        unknown = sorted({str(v) for v in y_val} - {str(c) for c in self.classes_})
-        if unknown:
-            raise DataValidationError(
-                f"eval_set's labels {unknown} are not among y's {self.classes_.tolist()}"
-            )
-        index = {str(c): c for c in self.classes_.tolist()}
-        labels = pd.Series([index[str(v)] for v in y_val], dtype=object)
-        return self._context_frame(X_val, pd.DataFrame({TARGET: labels}))
+        return self._context_table(*eval_set, source="eval_set's labels")
 
     def set_context(self, X: Any, y: Any) -> TableClassifier:
         """Predict from the labelled rows ``(X, y)`` from now on, without retraining (e.g. after new
@@ -358,13 +349,15 @@ class TableClassifier(ClassifierMixin, _SupervisedTableEstimator):
         self.learner_.refresh_context(self._context_table(X, y))
         return self
 
-    def _context_table(self, X: Any, y: Any) -> pd.DataFrame:
-        """Labelled rows ``(X, y)`` as a table of features and target (labels among ``classes_``)."""
+    def _context_table(self, X: Any, y: Any, source: str = "labels") -> pd.DataFrame:
+        """Labelled rows ``(X, y)`` as a table of features and target. The labels must be among
+        ``classes_`` as they are (``"1"`` is not the class ``1``), whatever ``source`` they
+        come from (``set_context``, ``eval_set``, an explanation's context)."""
         y = column_or_1d(np.asarray(y), warn=True)
-        unknown = sorted(set(np.unique(y).tolist()) - set(self.classes_.tolist()))
+        unknown = sorted(set(np.unique(y).tolist()) - set(self.classes_.tolist()), key=str)
         if unknown:
             raise DataValidationError(
-                f"labels {unknown} were not seen at fit; classes are {self.classes_.tolist()}"
+                f"{source} {unknown} were not seen at fit; classes are {self.classes_.tolist()}"
             )
         return self._context_frame(X, pd.DataFrame({TARGET: pd.Series(y, dtype=object)}))
 
