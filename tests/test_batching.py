@@ -43,6 +43,29 @@ def test_minibatch_training_runs_and_is_seeded():
     assert len(a.history_.train_loss) == 12
 
 
+def test_full_batch_rows_keeps_a_small_table_whole_unless_a_batch_size_is_asked_for():
+    from semiparam.estimators._sampling import RowSampler
+
+    def n_batches(n: int, **kwargs: int) -> int:
+        rows = torch.zeros(n, 3)
+        sampler = RowSampler(
+            rows, rows.bool(), torch.ones(n, dtype=torch.bool), 512, None, np.random.default_rng(0), **kwargs
+        )
+        return sampler.n_batches
+
+    assert n_batches(1024, full_batch_rows=1024) == 1
+    assert n_batches(1025, full_batch_rows=1024) == 3  # then batches of batch_size rows (dealt evenly)
+    assert n_batches(900) == 2  # full_batch_rows=0: batch_size alone decides
+    cpu = TrainConfig.cpu()
+    assert (cpu.batch_size, cpu.full_batch_rows) == (512, 1024)
+    assert NPTClassifier()._configs()[1].full_batch_rows == 1024
+    # a batch size the user asks for is the batch size, on any table
+    assert NPTClassifier(batch_size=256)._configs()[1].full_batch_rows == 0
+    assert NPTClassifier(train_options={"batch_size": 256})._configs()[1].full_batch_rows == 0
+    both = {"batch_size": 256, "full_batch_rows": 600}
+    assert NPTClassifier(train_options=both)._configs()[1].full_batch_rows == 600
+
+
 class _FakeTrainer:
     def __init__(self):
         from semiparam.training.trainer import TrainHistory

@@ -297,6 +297,7 @@ class TableLearner:
             train_strata,
             rng,
             None if weights is None else torch.as_tensor(weights, device=self.device),
+            cfg.full_batch_rows,
         )
         lookup = cfg.training_task == "duplicate_lookup"
         if lookup:

@@ -61,11 +61,14 @@ class RowSampler:
         strata: np.ndarray | None,
         rng: np.random.Generator,
         weights: torch.Tensor | None = None,
+        full_batch_rows: int = 0,
     ) -> None:
-        """``weights``: the rows' sample weights (None: every row 1)."""
+        """``weights``: the rows' sample weights (None: every row 1). ``full_batch_rows``: a table
+        of at most this many rows is one full batch whatever ``batch_size``."""
         self.values, self.missing, self.labelled, self.weights = values, missing, labelled, weights
         self.n_rows = len(values)
-        self.n_batches = max(1, math.ceil(self.n_rows / batch_size))
+        whole = self.n_rows <= full_batch_rows
+        self.n_batches = 1 if whole else max(1, math.ceil(self.n_rows / batch_size))
         self.strata, self.rng = strata, rng
         self.epoch_batches: list[np.ndarray] = []
 

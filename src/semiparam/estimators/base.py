@@ -69,6 +69,8 @@ class TableEstimatorMixin(BaseEstimator):
         if clash:
             raise ConfigError(f"{clash} given both as arguments and in train_options")
         defaults = {k: v for k, v in self._train_defaults.items() if k not in explicit and k not in options}
+        if ("batch_size" in explicit or "batch_size" in options) and "full_batch_rows" not in options:
+            defaults["full_batch_rows"] = 0  # a batch size asked for is the batch size
         train_config = TrainConfig.from_dict({**defaults, **explicit, **options}, base=train_config)
         if train_config.max_steps < train_config.min_steps:
             warnings.warn(
