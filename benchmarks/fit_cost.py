@@ -189,10 +189,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--report-only", action="store_true")
     p.add_argument(
         "--quality",
-        nargs=2,
-        metavar=("BEFORE", "AFTER"),
-        help="'quality held': two tabular_defaults JSONL selections, PATH:TAG:SRC_SHA256 (the NPT "
-        "records of that tag and code; CatBoost and HGB from BEFORE's file), compared split by split",
+        nargs=3,
+        action="append",
+        metavar=("TITLE", "BEFORE", "AFTER"),
+        help="a 'quality held' section (repeatable): two tabular_defaults JSONL selections, each "
+        "PATH:TAG:SRC_SHA256 or several joined by '+' (the NPT records of that tag and code, a later "
+        "selection's record winning a cell; CatBoost and HGB from the selections' files), compared "
+        "split by split",
     )
     p.add_argument("--cell", nargs=4, metavar=("TABLE", "MODEL", "SPLIT", "DEVICE"), help=argparse.SUPPRESS)
     p.add_argument("--profile", nargs=3, metavar=("TABLE", "MODEL", "DEVICE"), help=argparse.SUPPRESS)
@@ -232,7 +235,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"       {out.get('status')} fit {out.get('fit_seconds', 0):.1f}s", flush=True)
     quality = None
     if a.quality:
-        quality = quality_held(*a.quality)
+        quality = [quality_held(*q) for q in a.quality]
         (a.out_dir / "fit_cost_quality.json").write_text(json.dumps(ds.jsonable(quality), indent=1))
     elif (a.out_dir / "fit_cost_quality.json").exists():
         quality = json.loads((a.out_dir / "fit_cost_quality.json").read_text())
@@ -244,30 +247,35 @@ def main(argv: list[str] | None = None) -> None:
 REFERENCES = ("catboost", "hgb")  # the default GBDTs the neural model is ranked against
 
 
-def _selection(spec: str) -> tuple[list[dict[str, Any]], str]:
-    """``PATH:TAG:SRC_SHA256`` -> the ok NPT records of that tag and code (newest per cell), and
-    the path (whose reference models' records are read too)."""
-    path, tag, src = (spec.split(":") + ["", ""])[:3]
+def _selection(spec: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """``PATH:TAG:SRC_SHA256`` (or several joined by ``+``) -> the ok NPT records of that tag and
+    code (newest per cell; a later selection's record wins a cell), and the paths (whose reference
+    models' records are read too)."""
     chosen: dict[tuple, dict[str, Any]] = {}
-    for r in read_lines(Path(path)):
-        if r.get("model") != "npt" or r.get("tag") != tag or r.get("score") is None:
-            continue
-        if src and (r.get("code") or {}).get("src_sha256") != src:
-            continue
-        chosen[(r["table"], r["split"])] = r
-    return list(chosen.values()), path
+    paths = []
+    for part in spec.split("+"):
+        path, tag, src = (part.split(":") + ["", ""])[:3]
+        paths.append(path)
+        for r in read_lines(Path(path)):
+            if r.get("model") != "npt" or r.get("tag") != tag or r.get("score") is None:
+                continue
+            if src and (r.get("code") or {}).get("src_sha256") != src:
+                continue
+            chosen[(r["table"], r["split"])] = r
+    return list(chosen.values()), paths
 
 
-def quality_held(before_spec: str, after_spec: str) -> dict[str, Any]:
+def quality_held(title: str, before_spec: str, after_spec: str) -> dict[str, Any]:
     """Per (table, split) where before, after and the references all have a score: the scores,
     the ranks among NPT and the default GBDTs, the geometric-mean ratio to CatBoost, and the
     paired change after/before with its spread over splits (the noise a change is judged by)."""
-    before, path = _selection(before_spec)
-    after, _ = _selection(after_spec)
+    before, paths = _selection(before_spec)
+    after, more = _selection(after_spec)
     refs: dict[tuple, float] = {}
-    for r in read_lines(Path(path)):
-        if r.get("model") in REFERENCES and r.get("tag") == "default" and r.get("score") is not None:
-            refs[(r["table"], r["model"], r["split"])] = r["score"]
+    for path in dict.fromkeys(paths + more):
+        for r in read_lines(Path(path)):
+            if r.get("model") in REFERENCES and r.get("tag") == "default" and r.get("score") is not None:
+                refs[(r["table"], r["model"], r["split"])] = r["score"]
     b = {(r["table"], r["split"]): r["score"] for r in before}
     a = {(r["table"], r["split"]): r["score"] for r in after}
     cells = sorted(k for k in set(b) & set(a) if all((k[0], m, k[1]) in refs for m in REFERENCES))
@@ -295,6 +303,7 @@ def quality_held(before_spec: str, after_spec: str) -> dict[str, Any]:
             }
         )
     return {
+        "title": title,
         "before": before_spec,
         "after": after_spec,
         "cells": len(per_cell),
@@ -319,9 +328,9 @@ def quality_held(before_spec: str, after_spec: str) -> dict[str, Any]:
 def quality_lines(q: dict[str, Any]) -> list[str]:
     lines = [
         "",
-        "## Quality held: the development suite before and after",
+        f"## Quality held: {q.get('title', 'the development suite before and after')}",
         "",
-        f"NPT at its defaults before (`{q['before']}`) and after (`{q['after']}`), beside CatBoost and",
+        f"NPT before (`{q['before']}`) and after (`{q['after']}`), beside CatBoost and",
         "HGB at their defaults, on the same splits (records of `benchmarks/tabular_defaults.py`; a",
         "score there does not depend on the machine's load, the seconds do, so fit times come from",
         "the table above). Lower is better. Rank among NPT, CatBoost and HGB per table and split.",
@@ -371,7 +380,9 @@ def member_steps(r: dict[str, Any]) -> list[int]:
     return [int(m["steps"]) for m in members]
 
 
-def write_report(records: list[dict[str, Any]], out_dir: Path, quality: dict[str, Any] | None = None) -> None:
+def write_report(
+    records: list[dict[str, Any]], out_dir: Path, quality: dict[str, Any] | list[dict[str, Any]] | None = None
+) -> None:
     rows = current(records)
     fits = [r for r in rows if r["kind"] == "fit"]
     profiles = [r for r in rows if r["kind"] == "profile"]
@@ -474,8 +485,8 @@ def write_report(records: list[dict[str, Any]], out_dir: Path, quality: dict[str
                 ]
             row += [f"{c['score']:.4g}" if c else "" for c in cells.values()]
             lines.append("| " + " | ".join(row) + " |")
-    if quality is not None:
-        lines += quality_lines(quality)
+    for section in [quality] if isinstance(quality, dict) else quality or []:
+        lines += quality_lines(section)
     if profiles:
         lines += [
             "",

@@ -71,3 +71,34 @@ def test_report_totals_ratios_ranks_and_steps(tmp_path, monkeypatch) -> None:
     assert summary["mean_rank"]["npt"] == pytest.approx(1.0)  # best on both tables
     assert summary["geomean_score_ratio_to_catboost"]["npt"] == pytest.approx((0.8 * 3.0 / 3.5) ** 0.5)
     assert "| yacht | 0 | cpu | 20.0 | 10.0 | 1.0 | 100,100 | 100.0 |" in text
+
+
+def test_quality_sections_join_selections_and_pair_the_splits(tmp_path) -> None:
+    import json
+
+    def rec(table: str, model: str, split: int, score: float, tag: str = "default", src: str = "a") -> str:
+        code = {"src_sha256": src}
+        return json.dumps(
+            {"table": table, "model": model, "split": split, "score": score, "tag": tag, "code": code}
+        )
+
+    one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
+    one.write_text(
+        "\n".join(
+            [rec("yacht", "npt", s, 1.0) for s in (0, 1)]
+            + [rec("yacht", m, s, 2.0) for m in ("catboost", "hgb") for s in (0, 1)]
+            + [rec("yacht", "npt", 0, 9.0, src="other")]  # another code: not selected
+        )
+    )
+    two.write_text(
+        "\n".join(
+            [rec("boston", "npt", 0, 3.0, tag="full"), rec("boston", "npt", 0, 2.0, tag="fast")]
+            + [rec("boston", m, 0, 2.5) for m in ("catboost", "hgb")]
+            + [rec("yacht", "npt", s, 0.5, tag="fast") for s in (0, 1)]
+        )
+    )
+    q = fc.quality_held("test", f"{one}:default:a+{two}:full:a", f"{two}:fast:a")
+    assert q["cells"] == 3 and [t["table"] for t in q["per_table"]] == ["boston", "yacht"]
+    assert q["per_table"][1]["change_mean"] == pytest.approx(-0.5)
+    assert q["mean_rank"] == {"before": pytest.approx(5 / 3), "after": 1.0}
+    assert fc.quality_lines(q)[1] == "## Quality held: test"
