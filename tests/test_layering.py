@@ -204,3 +204,34 @@ def test_the_checks_catch_violations() -> None:
         "semiparam.estimators._engine",
         "semiparam.nn",
     ], found
+
+
+def module_cycles(modules: dict[str, tuple[Path, bool]]) -> list[str]:
+    """Import cycles between single modules (any import, at any depth), each named once."""
+    edges = {m: set() for m in modules}
+    for module, (path, is_package) in modules.items():
+        for _, name in imports(path.read_text(), module, is_package):
+            while name and name not in modules:
+                name = name.rpartition(".")[0]
+            if name and name != module:
+                edges[module].add(name)
+    cycles = set()
+    for start in edges:
+        stack = [(start, (start,))]
+        while stack:
+            node, trail = stack.pop()
+            for nxt in edges[node]:
+                if nxt == start:
+                    i = trail.index(min(trail))
+                    cycles.add(" -> ".join(trail[i:] + trail[:i] + (min(trail),)))
+                elif nxt not in trail and nxt > start:  # each cycle found from its smallest module
+                    stack.append((nxt, (*trail, nxt)))
+    return sorted(cycles)
+
+
+def test_modules_import_each_other_one_way() -> None:
+    """No two modules import each other, directly or around a loop, even within one package:
+    ``cli.main`` builds the parser from the other command modules, which share ``cli.common`` and
+    never import ``cli.main`` back."""
+    cycles = module_cycles(MODULES)
+    assert not cycles, "import cycles between modules:\n" + "\n".join(cycles)

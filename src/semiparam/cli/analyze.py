@@ -24,11 +24,11 @@ def _load_run(run: str, device: str) -> Any:
 
 def _context(args: argparse.Namespace) -> tuple[Any, None] | None:
     """``--context CSV``: the labelled rows a SPIN run predicts from (it keeps only their encoding)."""
-    from .main import _split_list, read_table
+    from .common import read_table, split_list
 
     if not getattr(args, "context", None):
         return None
-    return (read_table(args.context, _split_list(args.na_values)), None)
+    return (read_table(args.context, split_list(args.na_values)), None)
 
 
 def _command() -> str:
@@ -37,13 +37,13 @@ def _command() -> str:
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     from ..bench import analyses
-    from .main import _split_list, read_table
+    from .common import read_table, split_list
 
     # the report's files are refused before any work, as fit refuses an existing run directory
     existing = [p for p in analyses.analysis_paths(args.out, args.analysis) if p.exists()]
     if existing and not args.force:
         raise FileExistsError(f"{existing[0]} already exists; pass --force to replace it")
-    frame = read_table(args.data, _split_list(args.na_values))
+    frame = read_table(args.data, split_list(args.na_values))
     name = args.name or Path(args.data).stem
     if args.analysis == "lookup":
         result = _lookup(args, frame, name)
@@ -110,11 +110,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
     """Row and feature attributions of query rows as CSV files, bar charts and attention heat maps."""
 
     from .._io import atomic_directory
-    from .main import _split_list, check_out_dir, read_table
+    from .common import check_out_dir, read_table, split_list
 
     check_out_dir(args.out, args.force)
     model = _load_run(args.run, args.device)
-    frame = read_table(args.data, _split_list(args.na_values))
+    frame = read_table(args.data, split_list(args.na_values))
     if len(frame) > args.max_rows:
         raise ValueError(f"{args.data} has {len(frame)} rows; explain at most --max-rows {args.max_rows}")
     # everything is written aside and renamed into place once complete

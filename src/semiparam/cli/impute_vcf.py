@@ -84,7 +84,7 @@ def add_impute_vcf_parser(sub: argparse._SubParsersAction) -> None:  # type: ign
         "so memory does not grow with the chromosome",
     )
     p.add_argument("--device", default="auto", help="auto (CUDA, MPS, else CPU), cpu, cuda:1...")
-    from .main import ray_options
+    from .common import ray_options
 
     ray_options(p, "the per-window models")
     p.set_defaults(func=cmd_impute_vcf)
@@ -167,7 +167,7 @@ def _logger(args: argparse.Namespace) -> Callable[[str], None]:
 
 def cmd_fit_panel(args: argparse.Namespace) -> int:
     from ..genomics import fit_panel
-    from .main import check_writable
+    from .common import check_writable
 
     check_writable(args.out, args.force)
     summary = fit_panel(
@@ -184,7 +184,7 @@ def cmd_fit_panel(args: argparse.Namespace) -> int:
 
 
 def cmd_impute_vcf(args: argparse.Namespace) -> int:
-    from .main import check_writable, load_settings
+    from .common import check_writable, load_settings
 
     try:
         from ..genomics import impute_vcf

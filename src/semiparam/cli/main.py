@@ -21,78 +21,20 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .._config import ConfigError, parse_override, read_settings_file
+from .._config import ConfigError
 from .._io import atomic_directory, atomic_file
-
-if TYPE_CHECKING:  # pandas, torch and scikit-learn load when a command runs, not for --help
-    import pandas as pd
+from .common import (
+    check_writable,
+    load_settings,
+    ray_options,
+    read_table,
+    split_list,
+    write_table,
+)
 
 CHECKPOINT_DIR = "checkpoint"  # in a run directory: the training state of ``fit`` (see --resume)
-
-
-def read_table(path: str | Path, na_values: list[str] | None = None) -> pd.DataFrame:
-    """Read CSV (optionally gzipped) or Parquet, by file extension."""
-    import pandas as pd
-
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"no such file: {path}")
-    suffixes = "".join(path.suffixes).lower()
-    if suffixes.endswith((".parquet", ".pq")):
-        try:
-            return pd.read_parquet(path)
-        except ImportError as err:
-            raise SystemExit("reading Parquet needs pyarrow: pip install 'semiparam[parquet]'") from err
-    if ".csv" in suffixes or ".tsv" in suffixes or ".txt" in suffixes:
-        sep = "\t" if ".tsv" in suffixes else ","
-        return pd.read_csv(path, sep=sep, na_values=na_values)
-    raise ValueError(f"cannot tell the format of {path}: use .csv, .csv.gz, .tsv or .parquet")
-
-
-def check_writable(path: str | Path, force: bool) -> None:
-    """Refuse an existing output (before any work is done) unless ``force``."""
-    if Path(path).exists() and not force:
-        raise FileExistsError(f"{path} already exists; pass --force to replace it")
-
-
-def check_out_dir(path: str | Path, force: bool) -> None:
-    """Refuse an existing, non-empty output directory (before any work is done) unless ``force``;
-    an empty one may be reused."""
-    out = Path(path)
-    if out.exists() and not (out.is_dir() and not any(out.iterdir())) and not force:
-        raise FileExistsError(f"{out} already exists and is not empty; pass --force to replace it")
-
-
-def write_table(frame: pd.DataFrame, path: str | Path, *, overwrite: bool = False) -> None:
-    """Write CSV (gzipped for .gz) or Parquet by extension; the file appears only when complete."""
-    path = Path(path)
-    with atomic_file(path, overwrite=overwrite) as tmp:
-        if "".join(path.suffixes).lower().endswith((".parquet", ".pq")):
-            frame.to_parquet(tmp, index=False)
-        else:
-            frame.to_csv(tmp, index=False)
-
-
-def load_settings(config_file: str | None, overrides: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(model_options, train_options)`` from a TOML file and ``section.key=value`` overrides."""
-    model: dict[str, Any] = {}
-    train: dict[str, Any] = {}
-    if config_file:
-        model, train = read_settings_file(config_file)
-    sections = {"model": model, "train": train}
-    for text in overrides:
-        key, value = parse_override(text)
-        section, _, field = key.partition(".")
-        if section not in sections or not field:
-            raise ConfigError(f"override {text!r} must name model.<key> or train.<key>")
-        sections[section][field] = value
-    return model, train
-
-
-def _split_list(text: str | None) -> list[str] | None:
-    return [t.strip() for t in text.split(",") if t.strip()] if text else None
 
 
 def _training_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -101,7 +43,7 @@ def _training_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "model": args.model,
         "preset": args.preset,
-        "categorical_features": _split_list(args.categorical),
+        "categorical_features": split_list(args.categorical),
         "model_options": model_options or None,
         "train_options": train_options or None,
         "device": args.device,
@@ -139,8 +81,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
         if checkpoints.exists() and group.is_main:  # the old run's checkpoint is of another fit
             shutil.rmtree(checkpoints)
     group.barrier()
-    frame = read_table(args.data, _split_list(args.na_values))
-    targets = _split_list(args.target) or []
+    frame = read_table(args.data, split_list(args.na_values))
+    targets = split_list(args.target) or []
     weights = None
     if args.weight_column:
         if args.weight_column in targets or args.weight_column not in frame.columns:
@@ -157,7 +99,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         n_estimators=args.n_estimators,
         backend=args.backend,
         ray_address=args.ray_address,
-        continuous_features=_split_list(args.continuous),
+        continuous_features=split_list(args.continuous),
         **_training_kwargs(args),
     )
     start = time.perf_counter()
@@ -269,8 +211,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     run = Path(args.run)
     model_dir = run / "model" if (run / "model").exists() else run
     predictor = TablePredictor.load(model_dir, device=args.device)
-    frame = read_table(args.data, _split_list(args.na_values))
-    carried = _split_list(args.id) or []
+    frame = read_table(args.data, split_list(args.na_values))
+    carried = split_list(args.id) or []
     absent = [c for c in carried if c not in frame.columns]
     if absent:
         raise ValueError(f"--id column(s) {absent} not in {args.data}; it has {list(frame.columns)}")
@@ -301,7 +243,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         check_writable(args.out, args.force)
     run = Path(args.run)
     predictor = TablePredictor.load(run / "model" if (run / "model").exists() else run, device=args.device)
-    frame = read_table(args.data, _split_list(args.na_values))
+    frame = read_table(args.data, split_list(args.na_values))
     specs = [c for c in predictor.learner_.schema.columns if c.name in predictor.learner_.schema.targets]
     absent = [s.name for s in specs if s.name not in frame.columns]
     if absent:
@@ -350,7 +292,7 @@ def cmd_impute(args: argparse.Namespace) -> int:
     from ..estimators.imputer import TableImputer
 
     check_writable(args.out, args.force)
-    frame = read_table(args.data, _split_list(args.na_values))
+    frame = read_table(args.data, split_list(args.na_values))
     imputer = TableImputer(**_training_kwargs(args))
     n_missing = int(frame.isna().sum().sum())
     filled = imputer.fit_transform(frame)
@@ -364,17 +306,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     run_demo(max_steps=args.steps, seed=args.seed, device=args.device, quiet=args.quiet)
     return 0
-
-
-def ray_options(p: argparse.ArgumentParser, what: str) -> None:
-    """``--backend`` and ``--ray-address`` of a command whose independent fits may run on Ray."""
-    p.add_argument(
-        "--backend",
-        choices=["serial", "ray"],
-        default="serial",
-        help=f"train {what} one after another (default) or as Ray tasks; the result is the same",
-    )
-    p.add_argument("--ray-address", help="with --backend ray: an existing cluster (default: start one here)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -88,12 +88,12 @@ def _model_class(name: str) -> Any:
 
 def cmd_np_fit(args: argparse.Namespace) -> int:
     from ..np import TaskCollection
-    from .main import _split_list, read_table
+    from .common import read_table, split_list
 
     out = Path(args.out)
     if out.exists() and not (out.is_dir() and not any(out.iterdir())) and not args.force:
         raise FileExistsError(f"{out} already exists and is not empty; pass --force to replace it")
-    frame = read_table(args.data, _split_list(args.na_values))
+    frame = read_table(args.data, split_list(args.na_values))
     x_cols, y_cols = _columns(args.x), _columns(args.y)
     tasks = TaskCollection.from_frame(
         frame,
@@ -142,7 +142,7 @@ def cmd_np_predict(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from ..np import load
-    from .main import _split_list, check_writable, read_table, write_table
+    from .common import check_writable, read_table, split_list, write_table
 
     run_file = Path(args.run) / RUN_FILE
     if not run_file.exists():
@@ -151,7 +151,7 @@ def cmd_np_predict(args: argparse.Namespace) -> int:
     task, x_cols, y_cols = run["columns"]["task"], run["columns"]["x"], run["columns"]["y"]
     if args.out:
         check_writable(args.out, args.force)
-    na = _split_list(args.na_values)
+    na = split_list(args.na_values)
     context, targets = read_table(args.context, na), read_table(args.targets, na)
     for name, table, needed in (
         (args.context, context, [task, *x_cols, *y_cols]),

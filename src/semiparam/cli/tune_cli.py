@@ -10,11 +10,11 @@ from typing import Any
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from ..tuning import tune
-    from .main import _split_list, load_settings, read_table
+    from .common import load_settings, read_table, split_list
 
     model_options, train_options = load_settings(args.config, args.set or [])
-    frame = read_table(args.data, _split_list(args.na_values))
-    targets = _split_list(args.target) or []
+    frame = read_table(args.data, split_list(args.na_values))
+    targets = split_list(args.target) or []
     result = tune(
         frame,
         targets,
@@ -25,7 +25,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         n_estimators=args.n_estimators,
         model_options=model_options,
         train_options=train_options,
-        categorical_features=_split_list(args.categorical),
+        categorical_features=split_list(args.categorical),
         validation_fraction=args.validation_fraction,
         random_state=args.seed,
         device=args.device,
