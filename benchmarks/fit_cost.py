@@ -194,8 +194,8 @@ def main(argv: list[str] | None = None) -> None:
         metavar=("TITLE", "BEFORE", "AFTER"),
         help="a 'quality held' section (repeatable): two tabular_defaults JSONL selections, each "
         "PATH:TAG:SRC_SHA256 or several joined by '+' (the NPT records of that tag and code, a later "
-        "selection's record winning a cell; CatBoost and HGB from the selections' files), compared "
-        "split by split",
+        "selection's record winning a cell; CatBoost and HGB from the selections' files, a bare PATH "
+        "adding only those), compared split by split",
     )
     p.add_argument("--cell", nargs=4, metavar=("TABLE", "MODEL", "SPLIT", "DEVICE"), help=argparse.SUPPRESS)
     p.add_argument("--profile", nargs=3, metavar=("TABLE", "MODEL", "DEVICE"), help=argparse.SUPPRESS)
@@ -250,12 +250,14 @@ REFERENCES = ("catboost", "hgb")  # the default GBDTs the neural model is ranked
 def _selection(spec: str) -> tuple[list[dict[str, Any]], list[str]]:
     """``PATH:TAG:SRC_SHA256`` (or several joined by ``+``) -> the ok NPT records of that tag and
     code (newest per cell; a later selection's record wins a cell), and the paths (whose reference
-    models' records are read too)."""
+    models' records are read too; a bare ``PATH`` adds only those)."""
     chosen: dict[tuple, dict[str, Any]] = {}
     paths = []
     for part in spec.split("+"):
         path, tag, src = (part.split(":") + ["", ""])[:3]
         paths.append(path)
+        if not tag:  # a bare PATH: its reference models' records only
+            continue
         for r in read_lines(Path(path)):
             if r.get("model") != "npt" or r.get("tag") != tag or r.get("score") is None:
                 continue
