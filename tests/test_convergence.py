@@ -67,6 +67,26 @@ def test_plateau_starts_an_anneal_then_stops():
     assert all(a >= b for a, b in zip(lrs[13:], lrs[14:]))
 
 
+def test_anneal_patience_ends_an_anneal_that_finds_nothing_better():
+    cfg = TrainConfig(
+        lr_schedule="adaptive", max_steps=1000, eval_every=1, anneal_fraction=0.5, min_anneal_steps=2,
+        anneal_patience=2,
+    )  # fmt: skip
+    # as above: the anneal starts at step 13 (planned: 6 steps); no evaluation in it improves on
+    # the best, so it ends after its second
+    curve = [10.0 - k for k in range(10)] + [5.0] * 1000
+    trainer, evaluate = _trainer(cfg, curve, patience=3)
+    history = trainer.fit(lambda step: _batch(), evaluate)
+    assert history.anneal_start == 13 and history.n_steps == 15
+    assert history.stop_reason == "plateau, annealed (ended early at step 15)"
+    assert history.best_step == 9
+    # an anneal that keeps improving runs its length
+    curve = [10.0 - k for k in range(10)] + [5.0] * 3 + [0.9 - 1e-4 * k for k in range(1000)]
+    trainer, evaluate = _trainer(cfg, curve, patience=3)
+    history = trainer.fit(lambda step: _batch(), evaluate)
+    assert history.n_steps == 13 + round(0.5 * 13) and history.stop_reason == "plateau, annealed"
+
+
 def test_ceiling_leaves_room_for_the_anneal():
     cfg = TrainConfig(lr_schedule="adaptive", max_steps=50, eval_every=5, anneal_fraction=0.25)
     trainer, evaluate = _trainer(cfg, [1.0 / (k + 1) for k in range(100)], patience=100)

@@ -26,6 +26,9 @@ class TrainConfig(FrozenConfig):
     anneal_fraction: float = 0.25  # adaptive: anneal length / steps run before it
     min_anneal_steps: int = 20  # adaptive: shortest anneal
     min_steps: int = 0  # adaptive: no plateau stop before this step
+    # adaptive: evaluations of the final anneal without a new best validation loss after which
+    # the anneal ends early (None: it runs its whole length)
+    anneal_patience: int | None = None
     time_budget: float | None = None  # seconds of training (all ensemble members together)
     smoothing: float = 0.0  # EMA weight of past validation losses in the stopping rule (0 = raw)
     # feature-loss weight lambda: "cosine" anneals lambda_start -> 0; "fixed" keeps lambda_start
@@ -150,6 +153,8 @@ class TrainConfig(FrozenConfig):
             raise ConfigError(f"min_category_count must be >= 1, got {self.min_category_count}")
         if self.patience is not None and self.patience < 1:
             raise ConfigError(f"patience must be >= 1 or None, got {self.patience}")
+        if self.anneal_patience is not None and self.anneal_patience < 1:
+            raise ConfigError(f"anneal_patience must be >= 1 or None, got {self.anneal_patience}")
         self.masking()  # validates the masking probabilities
 
     @property

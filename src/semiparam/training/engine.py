@@ -85,12 +85,20 @@ class BestCheckpoint(Callback):
         self.min_improvement = min_improvement
         self.best_state: dict[str, Tensor] | None = None
         self.bad_evals = 0
+        self.anneal_bad_evals = 0  # evaluations of the final anneal since the last new best
         self.smoothed: float | None = None
         self.best_smoothed: float | None = None
 
     def on_eval(self, trainer: Engine, step: int, val_loss: float) -> None:
         history = trainer.history
-        if history.best_val_loss is None or val_loss < history.best_val_loss:
+        improved = history.best_val_loss is None or val_loss < history.best_val_loss
+        if trainer.anneal_start is not None and step >= trainer.anneal_start:
+            # the final anneal ends early after anneal_patience evaluations without a new best
+            self.anneal_bad_evals = 0 if improved else self.anneal_bad_evals + 1
+            limit = trainer.config.anneal_patience
+            if limit is not None and self.anneal_bad_evals >= limit:
+                trainer.end_anneal(step)
+        if improved:
             history.best_val_loss = val_loss
             history.best_step = step
             state = trainer.model.state_dict()
@@ -123,6 +131,7 @@ class BestCheckpoint(Callback):
         return {
             "best_state": self.best_state,
             "bad_evals": self.bad_evals,
+            "anneal_bad_evals": self.anneal_bad_evals,
             "smoothed": self.smoothed,
             "best_smoothed": self.best_smoothed,
         }
@@ -130,6 +139,7 @@ class BestCheckpoint(Callback):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.best_state = state["best_state"]
         self.bad_evals = int(state["bad_evals"])
+        self.anneal_bad_evals = int(state.get("anneal_bad_evals", 0))
         self.smoothed, self.best_smoothed = state["smoothed"], state["best_smoothed"]
 
 
@@ -249,6 +259,7 @@ class Engine:
         self.stop = False
         self.anneal_start: int | None = None  # adaptive schedule: the final anneal's window
         self.anneal_steps = 0
+        self.anneal_ended_at: int | None = None  # the step after which anneal_patience ended it
         self._stop_reason = ""
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = optimizer if optimizer is not None else build_optimizer(self.params, config)
@@ -399,6 +410,12 @@ class Engine:
         for cb in self.callbacks:
             cb.on_step_end(self, step, stats)
 
+    def end_anneal(self, step: int) -> None:
+        """End the adaptive schedule's final anneal after ``step``, before its planned length
+        (``anneal_patience``); the best weights are restored as at any end."""
+        self.stop = True
+        self.anneal_ended_at = step
+
     def annealed(self, step: int) -> bool:
         """Whether the adaptive schedule's final anneal ends with ``step``."""
         return self.anneal_start is not None and step + 1 >= self.anneal_start + self.anneal_steps
@@ -418,7 +435,9 @@ class Engine:
     def finish(self, seconds: float) -> None:
         """Training is over: say why in the history, let the callbacks restore their weights."""
         if self.anneal_start is not None:
-            self.history.stop_reason = f"{self._stop_reason}, annealed"
+            cut = self.anneal_ended_at
+            ended = "" if cut is None else f" (ended early at step {cut + 1})"
+            self.history.stop_reason = f"{self._stop_reason}, annealed{ended}"
             # a plateau ended the run (after its anneal) before the step ceiling
             self.history.stopped_early = self._stop_reason == "plateau"
         else:
