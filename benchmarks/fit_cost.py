@@ -193,9 +193,9 @@ def main(argv: list[str] | None = None) -> None:
         action="append",
         metavar=("TITLE", "BEFORE", "AFTER"),
         help="a 'quality held' section (repeatable): two tabular_defaults JSONL selections, each "
-        "PATH:TAG:SRC_SHA256 or several joined by '+' (the NPT records of that tag and code, a later "
-        "selection's record winning a cell; CatBoost and HGB from the selections' files, a bare PATH "
-        "adding only those), compared split by split",
+        "PATH:TAG:SRC_SHA256[:TABLES] or several joined by '+' (the NPT records of that tag and code, "
+        "a later selection's record winning a cell; CatBoost and HGB from the selections' files, a "
+        "bare PATH adding only those), compared split by split",
     )
     p.add_argument("--cell", nargs=4, metavar=("TABLE", "MODEL", "SPLIT", "DEVICE"), help=argparse.SUPPRESS)
     p.add_argument("--profile", nargs=3, metavar=("TABLE", "MODEL", "DEVICE"), help=argparse.SUPPRESS)
@@ -248,18 +248,22 @@ REFERENCES = ("catboost", "hgb")  # the default GBDTs the neural model is ranked
 
 
 def _selection(spec: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """``PATH:TAG:SRC_SHA256`` (or several joined by ``+``) -> the ok NPT records of that tag and
-    code (newest per cell; a later selection's record wins a cell), and the paths (whose reference
-    models' records are read too; a bare ``PATH`` adds only those)."""
+    """``PATH:TAG:SRC_SHA256[:TABLES]`` (or several joined by ``+``) -> the ok NPT records of that
+    tag and code (of those tables, a comma list, when given; newest per cell; a later selection's
+    record wins a cell), and the paths (whose reference models' records are read too; a bare
+    ``PATH`` adds only those)."""
     chosen: dict[tuple, dict[str, Any]] = {}
     paths = []
     for part in spec.split("+"):
-        path, tag, src = (part.split(":") + ["", ""])[:3]
+        path, tag, src, tables = (part.split(":") + ["", "", ""])[:4]
         paths.append(path)
         if not tag:  # a bare PATH: its reference models' records only
             continue
+        only = set(tables.split(",")) if tables else None
         for r in read_lines(Path(path)):
             if r.get("model") != "npt" or r.get("tag") != tag or r.get("score") is None:
+                continue
+            if only is not None and r["table"] not in only:
                 continue
             if src and (r.get("code") or {}).get("src_sha256") != src:
                 continue

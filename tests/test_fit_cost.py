@@ -101,6 +101,7 @@ def test_quality_sections_join_selections_and_pair_the_splits(tmp_path) -> None:
     # yacht's references are only in one.jsonl: a bare path brings them in
     assert fc.quality_held("refs", f"{two}:fast:a", f"{two}:fast:a")["cells"] == 1
     assert fc.quality_held("refs", f"{two}:fast:a+{one}", f"{two}:fast:a")["cells"] == 3
+    assert fc.quality_held("refs", f"{two}:fast:a:yacht+{one}", f"{two}:fast:a")["cells"] == 2
     assert q["cells"] == 3 and [t["table"] for t in q["per_table"]] == ["boston", "yacht"]
     assert q["per_table"][1]["change_mean"] == pytest.approx(-0.5)
     assert q["mean_rank"] == {"before": pytest.approx(5 / 3), "after": 1.0}
