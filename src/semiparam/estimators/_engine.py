@@ -333,20 +333,25 @@ class TableLearner:
         labelled row, train and validation, as the paper's test mode)."""
         self._inference_copy = None
         self.temperatures = {}
-        if self.train_config.calibrate and setup.validation is not None:
-            self._calibrate(*setup.validation)
         self.validation_scores = {}
         if setup.validation is not None:
-            self.validation_scores = self._validation_scores(*setup.validation)
+            # the trained model's outputs for its validation rows, predicted from the rows it
+            # validated against: read by the calibration and the scores
+            context, queries = setup.validation
+            assert self.module is not None
+            outputs = self.query_outputs(queries, self.encode(context, self.module), self.module)
+            if self.train_config.calibrate:
+                self._calibrate(outputs, queries)
+            self.validation_scores = self._validation_scores(outputs, queries)
         self.set_context(EncodedTable(enc.values, enc.missing))
 
-    def _validation_scores(self, context: EncodedTable, queries: EncodedTable) -> dict[str, dict[str, float]]:
-        """Per target, the trained model's scores on its validation rows predicted from the rows
-        it validated against (rows it never trained on), in the target's own terms: ``rmse`` and
-        ``mae`` (original units) of a continuous target, ``accuracy`` and ``log_loss``
-        (calibrated) of a categorical one; weighted by the rows' sample weights when given."""
-        assert self.module is not None
-        outputs = self.query_outputs(queries, self.encode(context, self.module), self.module)
+    def _validation_scores(
+        self, outputs: ColumnOutputs, queries: EncodedTable
+    ) -> dict[str, dict[str, float]]:
+        """Per target, the scores of the validation rows ``queries`` (rows the model never
+        trained on) from their ``outputs``, in the target's own terms: ``rmse`` and ``mae``
+        (original units) of a continuous target, ``accuracy`` and ``log_loss`` (calibrated) of a
+        categorical one; weighted by the rows' sample weights when given."""
         names = [self.schema.names[j] for j in self.schema.target_indices]
         decoded = self.decode_outputs(outputs, names)
         scores: dict[str, dict[str, float]] = {}
@@ -372,8 +377,7 @@ class TableLearner:
                     "rmse": float(np.sqrt(np.average(error**2, weights=weights))),
                     "mae": float(np.average(np.abs(error), weights=weights)),
                 }
-        scores_rows = int(len(queries.values))
-        return {name: {**entry, "rows": scores_rows} for name, entry in scores.items()}
+        return {name: {**entry, "rows": int(len(queries.values))} for name, entry in scores.items()}
 
     @property
     def keeps_training_rows(self) -> bool:
@@ -461,17 +465,16 @@ class TableLearner:
             [torch.cat([p.categorical[k] for p in pieces]) for k in range(len(pieces[0].categorical))],
         )
 
-    def _calibrate(self, context: EncodedTable, queries: EncodedTable) -> None:
-        """Temperature scaling (Guo et al. 2017) of each categorical target on the validation rows:
-        the one scalar T in [1, e^3] that minimises their log loss of softmax(logits / T). It
+    def _calibrate(self, outputs: ColumnOutputs, queries: EncodedTable) -> None:
+        """Temperature scaling (Guo et al. 2017) of each categorical target on the validation rows
+        ``queries`` (their ``outputs``): the one scalar T in [1, e^3] that minimises their log
+        loss of softmax(logits / T). It
         changes no predicted class, only how sure the model says it is.
 
         NOTE[DIFF]: not in the papers; an NPT picks its checkpoint on the same rows but its
         probabilities come out over-confident on small tables, which log loss punishes."""
         from scipy.optimize import minimize_scalar
 
-        assert self.module is not None
-        outputs = self.query_outputs(queries, self.encode(context, self.module), self.module)
         layout = self.schema.layout()
         for j in self.schema.target_indices:
             if layout.kinds[j] != CATEGORICAL:
