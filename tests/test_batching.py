@@ -74,6 +74,7 @@ class _FakeTrainer:
         self.history = TrainHistory()
         self.stop = False
         self.config = TrainConfig()
+        self.anneal_start = None  # the adaptive schedule's anneal has not begun
 
     def request_stop(self, step, reason):
         self.stop = True
