@@ -256,8 +256,10 @@ class TrainConfig(FrozenConfig):
         per step, the anneal over half of the steps run), with the feature-loss weight starting
         at 0.5 (spec-spin section 3.1). With an anneal of a quarter, the best checkpoint of every
         member on yacht and of most on diamonds was the last step or next to it, as NPT's had
-        been (the stopping table of ``benchmarks/results/tabular_defaults.md``)."""
-        return cls.cpu().replace(tradeoff_start=0.5, p_feature=0.15, batch_size=2048, full_batch_rows=0)
+        been (the stopping table of ``benchmarks/results/tabular_defaults.md``). Tables of more
+        than 1,024 training rows train in batches of 512 rows, as NPT's (``benchmarks/results/
+        speed_study/``, tags ``spin512`` and ``default``)."""
+        return cls.cpu().replace(tradeoff_start=0.5, p_feature=0.15)
 
     @classmethod
     def spin_paper_small(cls) -> TrainConfig:
