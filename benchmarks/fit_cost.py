@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 import subprocess
 import sys
 import time
@@ -210,7 +211,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     a.out_dir.mkdir(parents=True, exist_ok=True)
     jsonl = a.out_dir / "fit_cost.jsonl"
-    command = "python benchmarks/fit_cost.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python benchmarks/fit_cost.py " + shlex.join(argv if argv is not None else sys.argv[1:])
     if not a.report_only:
         done = {r["key"] for r in read_lines(jsonl) if r.get("status") == "ok"}
         tables = [t for t in a.tables.split(",") if t]
