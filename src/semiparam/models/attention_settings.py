@@ -25,8 +25,19 @@ class AttentionSettings(FrozenConfig):
     # recompute each block's activations in the backward pass instead of storing them (training
     # memory about one block's instead of all of them, for about a third more time per step)
     checkpoint_blocks: bool = False
+    # heads of the attention within a row (NPT's ABA; SPIN's XABA, ABLA and ``predictor_aba``);
+    # None: ``n_heads``, as the papers. Its tokens are single cells of width e, so with e=8 and
+    # 4 heads each head compares 2 numbers, and PyTorch's CPU attention kernel pays per (row,
+    # head) pair: one head of width e costs about a third of four (``column_heads``).
+    column_heads: int | None = None
+
+    def column_head_count(self, n_heads: int) -> int:
+        """The heads of the attention within a row, for a model of ``n_heads`` heads."""
+        return n_heads if self.column_heads is None else self.column_heads
 
     def validate_attention(self, attention_dropout: float) -> None:
+        if self.column_heads is not None and self.column_heads < 1:
+            raise ConfigError(f"column_heads must be >= 1 or None, got {self.column_heads}")
         for kind in ("row_attention", "column_attention"):
             name = getattr(self, kind)
             if name not in BACKENDS:

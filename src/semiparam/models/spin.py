@@ -56,6 +56,7 @@ class SPINConfig(AttentionSettings, InputSettings):
     n_layers: int = 2  # encoder layers, each XABA -> XABD -> ABLA (paper "depth 4" = 2 layers)
     n_heads: int = 4  # must divide e
     dropout: float = 0.1  # hidden, feed-forward, embedding and pre-head dropout
+    ff_multiplier: int = 4  # hidden units of each block's feed-forward, per channel (paper: 4)
     # NOTE[DIFF]: the paper uses 0.1 on the attention weights; that forces PyTorch's quadratic
     # attention path on the CPU, so the CPU preset turns it off (as NPTConfig does).
     attention_dropout: float = 0.0
@@ -91,6 +92,12 @@ class SPINConfig(AttentionSettings, InputSettings):
             raise ConfigError("n_frequencies must be >= 0 and frequency_scale > 0")
         if self.d_embedding % self.n_heads:
             raise ConfigError(f"n_heads ({self.n_heads}) must divide d_embedding ({self.d_embedding})")
+        if self.d_embedding % self.column_head_count(self.n_heads):
+            raise ConfigError(
+                f"column_heads ({self.column_heads}) must divide d_embedding ({self.d_embedding})"
+            )
+        if self.ff_multiplier < 1:
+            raise ConfigError(f"ff_multiplier must be >= 1, got {self.ff_multiplier}")
         for name in ("dropout", "attention_dropout"):
             p = getattr(self, name)
             if not 0.0 <= p < 1.0:
@@ -169,11 +176,13 @@ class SPINLayer(nn.Module):
             attention_dropout=config.attention_dropout,
             scale=config.attention_scale,
             normalize_kv=config.normalize_kv,
+            ff_multiplier=config.ff_multiplier,
         )
         rows, columns = config.attention_kwargs("row"), config.attention_kwargs("column")
-        self.xaba = MAB(e, config.n_heads, cross=True, **common, **columns) if config.use_xaba else None
+        cells = config.column_head_count(config.n_heads)  # XABA and ABLA attend within a row
+        self.xaba = MAB(e, cells, cross=True, **common, **columns) if config.use_xaba else None
         self.xabd = MAB(n_latents * e, config.n_heads, cross=True, **common, **rows)
-        self.abla = MAB(e, config.n_heads, **common, **columns) if with_abla else None
+        self.abla = MAB(e, cells, **common, **columns) if with_abla else None
 
     def rows_before_xabd(self, h_a: Tensor, d_emb: Tensor) -> Tensor:
         """XABA: ``H_A (n, f, e)`` attends to the row's own cells ``D (n, d, e)``; batch = rows."""
@@ -232,11 +241,12 @@ class SPIN(nn.Module):
         self.query_aba = nn.ModuleList(
             MAB(
                 e,
-                config.n_heads,
+                config.column_head_count(config.n_heads),
                 dropout=config.dropout,
                 attention_dropout=config.attention_dropout,
                 scale=config.attention_scale,
                 normalize_kv=config.normalize_kv,
+                ff_multiplier=config.ff_multiplier,
                 **config.attention_kwargs("column"),
             )
             for _ in range(config.predictor_aba)
@@ -249,6 +259,7 @@ class SPIN(nn.Module):
             attention_dropout=config.attention_dropout,
             scale=config.attention_scale,
             normalize_kv=config.normalize_kv,
+            ff_multiplier=config.ff_multiplier,
             cross=True,
             kv_width=self.n_latents * e,
             **config.attention_kwargs("column"),
