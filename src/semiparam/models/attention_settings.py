@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -34,6 +35,15 @@ class AttentionSettings(FrozenConfig):
     def column_head_count(self, n_heads: int) -> int:
         """The heads of the attention within a row, for a model of ``n_heads`` heads."""
         return n_heads if self.column_heads is None else self.column_heads
+
+    def capped_embedding(self, d_embedding: int, n_heads: int, n_columns: int, cap: int | None) -> int:
+        """The per-cell width e of a table of ``n_columns``: ``d_embedding``, or lowered so that a
+        row token (``n_columns * e``) stays near ``cap``, to a multiple of every head count (and
+        at least that multiple)."""
+        if cap is None or n_columns * d_embedding <= cap:
+            return d_embedding
+        step = math.lcm(n_heads, self.column_head_count(n_heads))
+        return min(d_embedding, max(step, (cap // n_columns) // step * step))
 
     def validate_attention(self, attention_dropout: float) -> None:
         if self.column_heads is not None and self.column_heads < 1:

@@ -17,7 +17,6 @@ rows, so its prediction does not depend on which rows share its batch.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -99,11 +98,8 @@ class NPTConfig(AttentionSettings, InputSettings):
     def for_columns(self, n_columns: int) -> NPTConfig:
         """The configuration a table of ``n_columns`` gets: ``d_embedding`` lowered under the
         ``max_row_width`` cap (see there)."""
-        if self.max_row_width is None or n_columns * self.d_embedding <= self.max_row_width:
-            return self
-        step = math.lcm(self.n_heads, self.column_head_count(self.n_heads))
-        e = max(step, (self.max_row_width // n_columns) // step * step)
-        return self.replace(d_embedding=min(e, self.d_embedding))
+        e = self.capped_embedding(self.d_embedding, self.n_heads, n_columns, self.max_row_width)
+        return self if e == self.d_embedding else self.replace(d_embedding=e)
 
     @classmethod
     def paper_small(cls) -> NPTConfig:

@@ -57,6 +57,11 @@ class SPINConfig(AttentionSettings, InputSettings):
     n_heads: int = 4  # must divide e
     dropout: float = 0.1  # hidden, feed-forward, embedding and pre-head dropout
     ff_multiplier: int = 4  # hidden units of each block's feed-forward, per channel (paper: 4)
+    # NOTE[DIFF]: a cap on the predictor's row token n_columns * e for wide tables, as NPTConfig's:
+    # e shrinks (to a multiple of the head counts) so that the token stays near this width. The
+    # paper keeps e fixed; the predictor costs O(b * (d e)^2) per step and dominates a step on a
+    # table of 30 columns. None: no cap (the paper presets).
+    max_row_width: int | None = None
     # NOTE[DIFF]: the paper uses 0.1 on the attention weights; that forces PyTorch's quadratic
     # attention path on the CPU, so the CPU preset turns it off (as NPTConfig does).
     attention_dropout: float = 0.0
@@ -98,6 +103,8 @@ class SPINConfig(AttentionSettings, InputSettings):
             )
         if self.ff_multiplier < 1:
             raise ConfigError(f"ff_multiplier must be >= 1, got {self.ff_multiplier}")
+        if self.max_row_width is not None and self.max_row_width < 1:
+            raise ConfigError(f"max_row_width must be >= 1 or None, got {self.max_row_width}")
         for name in ("dropout", "attention_dropout"):
             p = getattr(self, name)
             if not 0.0 <= p < 1.0:
@@ -114,6 +121,12 @@ class SPINConfig(AttentionSettings, InputSettings):
         """Small enough to train on a laptop CPU in minutes: e=16, h=f=10, 2 layers, 4 heads,
         periodic numeric embeddings as NPT's cpu preset."""
         return cls(n_frequencies=16, frequency_scale=0.5)
+
+    def for_columns(self, n_columns: int) -> SPINConfig:
+        """The configuration a table of ``n_columns`` gets: ``d_embedding`` lowered under the
+        ``max_row_width`` cap (see there)."""
+        e = self.capped_embedding(self.d_embedding, self.n_heads, n_columns, self.max_row_width)
+        return self if e == self.d_embedding else self.replace(d_embedding=e)
 
     @classmethod
     def paper_small(cls) -> SPINConfig:
@@ -213,9 +226,11 @@ class SPIN(nn.Module):
 
     def __init__(self, config: SPINConfig, layout: ColumnLayout) -> None:
         super().__init__()
+        d = config.n_tokens(layout)  # tokens: columns, or patches + label
+        config = config.for_columns(d)
         self.config = config
         self.layout = layout
-        d, e = config.n_tokens(layout), config.d_embedding  # tokens: columns, or patches + label
+        e = config.d_embedding
         # as the reference code: with f >= d it skips the projection and starts from D.
         self.n_latents = min(config.n_latent_attributes, d)
         self.embedding = config.input_embedding(
