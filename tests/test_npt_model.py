@@ -130,6 +130,8 @@ def test_dropout_acts_in_training_only(kind: str) -> None:
         {"dropout": 1.5},
         {"attention_scale": "sqrt"},
         {"n_blocks": "eight"},
+        {"column_heads": 0},
+        {"d_embedding": 8, "n_heads": 2, "column_heads": 3},
     ],
 )
 def test_invalid_config_raises(bad):
@@ -147,3 +149,32 @@ def test_presets_match_paper():
     assert (small.n_blocks, small.n_heads, small.d_embedding) == (8, 8, 128)
     assert (base.n_blocks, base.n_heads, base.d_embedding) == (8, 8, 64)
     assert small.attention_dropout == 0.1 and small.dropout == 0.1
+
+
+def test_column_heads_set_the_attention_within_a_row_only():
+    """``column_heads`` gives ABA its own head count; ABD keeps ``n_heads``; None is n_heads."""
+    model = _model(column_heads=1)
+    heads = [b.mab.attention.n_heads for b in model.blocks]
+    assert heads == [2, 1, 2, 1]
+    assert [b.mab.attention.n_heads for b in _model().blocks] == [2, 2, 2, 2]
+    values, hidden = _table(12)
+    assert model(values, hidden).continuous.shape == (12, 2, 1)
+
+
+@pytest.mark.parametrize(
+    ("e", "columns", "n_heads", "column_heads", "expected"),
+    [
+        (16, 4, 4, None, 16),
+        (16, 8, 4, None, 16),
+        (16, 9, 4, None, 12),
+        (16, 30, 4, None, 4),
+        (16, 30, 4, 1, 4),
+        (12, 20, 2, 3, 6),
+        (12, 40, 2, 3, 6),
+    ],
+)
+def test_row_cap_lowers_e_to_a_multiple_of_every_head_count(e, columns, n_heads, column_heads, expected):
+    config = NPTConfig(d_embedding=e, n_heads=n_heads, column_heads=column_heads, max_row_width=128)
+    capped = config.for_columns(columns).d_embedding
+    assert capped == expected
+    assert capped % n_heads == 0 and capped % (column_heads or n_heads) == 0

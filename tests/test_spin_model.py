@@ -263,6 +263,10 @@ def test_npt_training_presets_unchanged():
         {"inference_latents": "cached"},
         {"encode_chunk_rows": 0},
         {"predictor_aba": -1},
+        {"column_heads": 0},
+        {"d_embedding": 8, "n_heads": 2, "column_heads": 3},
+        {"ff_multiplier": 0},
+        {"max_row_width": 0},
         {"n_layers": "two"},
         {"n_inducing": 3},  # unknown key
     ],
@@ -322,3 +326,20 @@ def test_trainer_anneals_lambda_from_half_and_learns():
     history = trainer.fit(lambda step: batch)
     first, last = sum(history.train_loss[:10]) / 10, sum(history.train_loss[-10:]) / 10
     assert last < 0.6 * first, (first, last)
+
+
+def test_right_sizing_options_shape_the_blocks():
+    """``column_heads`` reaches XABA and ABLA (XABD and the predictor keep ``n_heads``),
+    ``ff_multiplier`` every feed-forward, and ``max_row_width`` lowers e on a wide table."""
+    model = _model(column_heads=1, ff_multiplier=2)
+    layer = model.layers[0]
+    assert (layer.xaba.attention.n_heads, layer.abla.attention.n_heads) == (1, 1)
+    assert (layer.xabd.attention.n_heads, model.predictor.attention.n_heads) == (2, 2)
+    assert model.predictor.ff[0].out_features == 2 * 6 * 8
+    values, hidden = _table(10)
+    assert model(values, hidden).continuous.shape == (10, 4, 1)
+    capped = _model(d_embedding=16, max_row_width=48)  # 6 columns x 16 = 96 > 48 -> e = 8
+    assert capped.config.d_embedding == 8
+    assert capped.predictor.norm_q.normalized_shape == (6 * 8,)
+    assert capped(values, hidden).continuous.shape == (10, 4, 1)
+    assert _model(d_embedding=16).config.d_embedding == 16  # no cap: the paper's e

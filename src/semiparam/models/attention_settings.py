@@ -45,9 +45,15 @@ class AttentionSettings(FrozenConfig):
         step = math.lcm(n_heads, self.column_head_count(n_heads))
         return min(d_embedding, max(step, (cap // n_columns) // step * step))
 
-    def validate_attention(self, attention_dropout: float) -> None:
-        if self.column_heads is not None and self.column_heads < 1:
+    def validate_column_heads(self, d_embedding: int) -> None:
+        if self.column_heads is None:
+            return
+        if self.column_heads < 1:
             raise ConfigError(f"column_heads must be >= 1 or None, got {self.column_heads}")
+        if d_embedding % self.column_heads:
+            raise ConfigError(f"column_heads ({self.column_heads}) must divide d_embedding ({d_embedding})")
+
+    def validate_attention(self, attention_dropout: float) -> None:
         for kind in ("row_attention", "column_attention"):
             name = getattr(self, kind)
             if name not in BACKENDS:

@@ -69,10 +69,7 @@ class NPTConfig(AttentionSettings, InputSettings):
             raise ConfigError(f"ff_multiplier must be >= 1, got {self.ff_multiplier}")
         if self.d_embedding % self.n_heads:
             raise ConfigError(f"n_heads ({self.n_heads}) must divide d_embedding ({self.d_embedding})")
-        if self.d_embedding % self.column_head_count(self.n_heads):
-            raise ConfigError(
-                f"column_heads ({self.column_heads}) must divide d_embedding ({self.d_embedding})"
-            )
+        self.validate_column_heads(self.d_embedding)
         if self.n_blocks < 2 or self.n_blocks % 2:
             raise ConfigError(f"n_blocks must be even and >= 2, got {self.n_blocks}")
         for name in ("dropout", "attention_dropout"):

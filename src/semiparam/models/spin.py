@@ -97,10 +97,7 @@ class SPINConfig(AttentionSettings, InputSettings):
             raise ConfigError("n_frequencies must be >= 0 and frequency_scale > 0")
         if self.d_embedding % self.n_heads:
             raise ConfigError(f"n_heads ({self.n_heads}) must divide d_embedding ({self.d_embedding})")
-        if self.d_embedding % self.column_head_count(self.n_heads):
-            raise ConfigError(
-                f"column_heads ({self.column_heads}) must divide d_embedding ({self.d_embedding})"
-            )
+        self.validate_column_heads(self.d_embedding)
         if self.ff_multiplier < 1:
             raise ConfigError(f"ff_multiplier must be >= 1, got {self.ff_multiplier}")
         if self.max_row_width is not None and self.max_row_width < 1:
