@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -61,3 +63,28 @@ def test_state_dict_round_trip_continues_exactly() -> None:
 def test_rejects_bad_settings() -> None:
     with pytest.raises(ValueError, match="alpha"):
         LambLookahead(_model(0).parameters(), alpha=1.5)
+
+
+def test_a_fit_does_not_import_torch_dynamo() -> None:
+    """torch.optim wraps add_param_group and zero_grad so that their first call imports
+    torch._dynamo (over a second of a small fit); nothing in a default fit compiles."""
+    code = (
+        "import sys, numpy as np\n"
+        "from semiparam import NPTRegressor\n"
+        "X = np.random.default_rng(0).normal(size=(40, 3)); y = X[:, 0]\n"
+        "m = NPTRegressor(n_estimators=1, max_steps=3, random_state=0).fit(X, y)\n"
+        "m.predict(X[:5])\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_zero_grad_still_clears_or_zeroes() -> None:
+    w = torch.nn.Parameter(torch.ones(3))
+    opt = LambLookahead([w], lr=0.1)
+    w.grad = torch.ones(3)
+    opt.zero_grad(set_to_none=False)
+    assert w.grad is not None and not w.grad.any()
+    opt.zero_grad()
+    assert w.grad is None

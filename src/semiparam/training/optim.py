@@ -62,6 +62,16 @@ class LambLookahead(torch.optim.Optimizer):
             for p in group["params"]:  # slow weights start as the weights (Lookahead's rule)
                 self.state[p]["slow"] = p.detach().clone()
 
+    # torch.optim.Optimizer wraps these two in torch._disable_dynamo, whose first call imports
+    # torch._dynamo: over a second, paid by every process's first fit (and a CLI command), for a
+    # guard against compiling an optimiser step that nothing here compiles. The wrapped
+    # functions themselves run unchanged.
+    def add_param_group(self, param_group: dict[str, Any]) -> None:  # noqa: D102
+        _undecorated(torch.optim.Optimizer.add_param_group)(self, param_group)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:  # noqa: D102
+        _undecorated(torch.optim.Optimizer.zero_grad)(self, set_to_none)
+
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:  # noqa: D102
         loss = None
@@ -130,6 +140,12 @@ class LambLookahead(torch.optim.Optimizer):
         if self.members is None:
             return torch.stack(torch._foreach_norm(list(tensors)))
         return torch.stack([t.reshape(t.shape[0], -1).norm(dim=1) for t in tensors])
+
+
+def _undecorated(method: Any) -> Any:
+    """``method`` without torch's ``_disable_dynamo`` wrapper (``functools.wraps`` keeps it in
+    ``__wrapped__``), or ``method`` itself where a torch version does not wrap it."""
+    return getattr(method, "__wrapped__", method)
 
 
 def build_optimizer(params: Iterable[torch.nn.Parameter], config: TrainConfig) -> torch.optim.Optimizer:
