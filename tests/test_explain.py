@@ -91,10 +91,12 @@ def test_gradient_attribution_uses_captum(tiny_classifier):
 def test_npt_attention_maps_shapes_and_rows_sum_to_one(tiny_classifier):
     clf, X, _ = tiny_classifier
     maps = clf.attention_maps(X.iloc[:3])
-    blocks = clf.learner_.module.config.n_blocks // 2
+    config = clf.learner_.module.config
+    blocks = config.n_blocks // 2
     assert maps["rows"].shape == (blocks, 3, 2, len(X) + 1)
     np.testing.assert_allclose(maps["rows"].sum(-1), 1.0, rtol=1e-9)
-    assert maps["columns"].shape == (blocks, 3, 2, 6, 6)  # 5 features + the target
+    cells = config.column_head_count(config.n_heads)  # the heads within a row
+    assert maps["columns"].shape == (blocks, 3, cells, 6, 6)  # 5 features + the target
     assert maps["column_names"][-1] == "__target__"
     np.testing.assert_array_equal(maps["context_rows"], np.arange(len(X)))
     with pytest.raises(ValueError, match="max_rows"):

@@ -307,8 +307,8 @@ class NPTImageClassifier(_ImageClassifier):
     _model_name = "npt"
     # e = 16 per patch as the paper's MNIST run (a row token of 50 x 16 = 800 channels); the table
     # preset's cap on the row width (128) would shrink e to 4. The paper's 4x feed-forwards: the
-    # table preset's 2x was measured on tables only
-    _image_model_defaults = {"max_row_width": None, "ff_multiplier": 4}
+    # table preset's 2x, its two blocks and its one head within a row were measured on tables only
+    _image_model_defaults = {"max_row_width": None, "ff_multiplier": 4, "n_blocks": 4, "column_heads": None}
 
 
 class SPINImageClassifier(_ImageClassifier):
@@ -317,3 +317,6 @@ class SPINImageClassifier(_ImageClassifier):
         "inducing points attend to the training images; predictions need only their encoding.\n" + _PARAMS_DOC
     )
     _model_name = "spin"
+    # the table preset's row cap would shrink e to 4 on 50 patches; its 2x feed-forwards and one
+    # head within a row were measured on tables only
+    _image_model_defaults = {"max_row_width": None, "ff_multiplier": 4, "column_heads": None}
