@@ -190,11 +190,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--report-only", action="store_true")
     p.add_argument(
         "--quality",
-        nargs=3,
+        nargs=4,
         action="append",
-        metavar=("TITLE", "BEFORE", "AFTER"),
-        help="a 'quality held' section (repeatable): two tabular_defaults JSONL selections, each "
-        "PATH:TAG:SRC_SHA256[:TABLES] or several joined by '+' (the NPT records of that tag and code, "
+        metavar=("MODEL", "TITLE", "BEFORE", "AFTER"),
+        help="a 'quality held' section (repeatable) of MODEL (npt or spin): two tabular_defaults "
+        "JSONL selections, each PATH:TAG:SRC_SHA256[:TABLES] or several joined by '+' (MODEL's "
+        "records of that tag and code, "
         "a later selection's record winning a cell; CatBoost and HGB from the selections' files, a "
         "bare PATH adding only those), compared split by split",
     )
@@ -248,8 +249,8 @@ def main(argv: list[str] | None = None) -> None:
 REFERENCES = ("catboost", "hgb")  # the default GBDTs the neural model is ranked against
 
 
-def _selection(spec: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """``PATH:TAG:SRC_SHA256[:TABLES]`` (or several joined by ``+``) -> the ok NPT records of that
+def _selection(model: str, spec: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """``PATH:TAG:SRC_SHA256[:TABLES]`` (or several joined by ``+``) -> the ok ``model`` records of that
     tag and code (of those tables, a comma list, when given; newest per cell; a later selection's
     record wins a cell), and the paths (whose reference models' records are read too; a bare
     ``PATH`` adds only those)."""
@@ -262,7 +263,7 @@ def _selection(spec: str) -> tuple[list[dict[str, Any]], list[str]]:
             continue
         only = set(tables.split(",")) if tables else None
         for r in read_lines(Path(path)):
-            if r.get("model") != "npt" or r.get("tag") != tag or r.get("score") is None:
+            if r.get("model") != model or r.get("tag") != tag or r.get("score") is None:
                 continue
             if only is not None and r["table"] not in only:
                 continue
@@ -272,12 +273,14 @@ def _selection(spec: str) -> tuple[list[dict[str, Any]], list[str]]:
     return list(chosen.values()), paths
 
 
-def quality_held(title: str, before_spec: str, after_spec: str) -> dict[str, Any]:
+def quality_held(model: str, title: str, before_spec: str, after_spec: str) -> dict[str, Any]:
     """Per (table, split) where before, after and the references all have a score: the scores,
-    the ranks among NPT and the default GBDTs, the geometric-mean ratio to CatBoost, and the
+    the ranks among ``model`` and the default GBDTs, the geometric-mean ratio to CatBoost, and the
     paired change after/before with its spread over splits (the noise a change is judged by)."""
-    before, paths = _selection(before_spec)
-    after, more = _selection(after_spec)
+    if model not in ds.NEURAL_MODELS:
+        raise SystemExit(f"--quality: the model is one of {', '.join(ds.NEURAL_MODELS)}, not {model!r}")
+    before, paths = _selection(model, before_spec)
+    after, more = _selection(model, after_spec)
     refs: dict[tuple, float] = {}
     for path in dict.fromkeys(paths + more):
         for r in read_lines(Path(path)):
@@ -286,6 +289,8 @@ def quality_held(title: str, before_spec: str, after_spec: str) -> dict[str, Any
     b = {(r["table"], r["split"]): r["score"] for r in before}
     a = {(r["table"], r["split"]): r["score"] for r in after}
     cells = sorted(k for k in set(b) & set(a) if all((k[0], m, k[1]) in refs for m in REFERENCES))
+    if not cells:
+        raise SystemExit(f"--quality {title!r}: no {model} cell has before, after and reference scores")
     per_cell = []
     for t, s in cells:
         scores = {"before": b[(t, s)], "after": a[(t, s)], **{m: refs[(t, m, s)] for m in REFERENCES}}
@@ -310,6 +315,7 @@ def quality_held(title: str, before_spec: str, after_spec: str) -> dict[str, Any
             }
         )
     return {
+        "model": model,
         "title": title,
         "before": before_spec,
         "after": after_spec,
@@ -333,14 +339,15 @@ def quality_held(title: str, before_spec: str, after_spec: str) -> dict[str, Any
 
 
 def quality_lines(q: dict[str, Any]) -> list[str]:
+    name = q.get("model", "npt").upper()
     lines = [
         "",
         f"## Quality held: {q.get('title', 'the development suite before and after')}",
         "",
-        f"NPT before (`{q['before']}`) and after (`{q['after']}`), beside CatBoost and",
+        f"{name} before (`{q['before']}`) and after (`{q['after']}`), beside CatBoost and",
         "HGB at their defaults, on the same splits (records of `benchmarks/tabular_defaults.py`; a",
         "score there does not depend on the machine's load, the seconds do, so fit times come from",
-        "the table above). Lower is better. Rank among NPT, CatBoost and HGB per table and split.",
+        f"the table above). Lower is better. Rank among {name}, CatBoost and HGB per table and split.",
         "",
         f"{q['cells']} cells. Mean rank: before {q['mean_rank']['before']:.2f}, after "
         f"{q['mean_rank']['after']:.2f}. Geo-mean score / CatBoost: before "

@@ -97,12 +97,22 @@ def test_quality_sections_join_selections_and_pair_the_splits(tmp_path) -> None:
             + [rec("yacht", "npt", s, 0.5, tag="fast") for s in (0, 1)]
         )
     )
-    q = fc.quality_held("test", f"{one}:default:a+{two}:full:a", f"{two}:fast:a")
+    q = fc.quality_held("npt", "test", f"{one}:default:a+{two}:full:a", f"{two}:fast:a")
     # yacht's references are only in one.jsonl: a bare path brings them in
-    assert fc.quality_held("refs", f"{two}:fast:a", f"{two}:fast:a")["cells"] == 1
-    assert fc.quality_held("refs", f"{two}:fast:a+{one}", f"{two}:fast:a")["cells"] == 3
-    assert fc.quality_held("refs", f"{two}:fast:a:yacht+{one}", f"{two}:fast:a")["cells"] == 2
+    assert fc.quality_held("npt", "refs", f"{two}:fast:a", f"{two}:fast:a")["cells"] == 1
+    assert fc.quality_held("npt", "refs", f"{two}:fast:a+{one}", f"{two}:fast:a")["cells"] == 3
+    assert fc.quality_held("npt", "refs", f"{two}:fast:a:yacht+{one}", f"{two}:fast:a")["cells"] == 2
     assert q["cells"] == 3 and [t["table"] for t in q["per_table"]] == ["boston", "yacht"]
     assert q["per_table"][1]["change_mean"] == pytest.approx(-0.5)
     assert q["mean_rank"] == {"before": pytest.approx(5 / 3), "after": 1.0}
     assert fc.quality_lines(q)[1] == "## Quality held: test"
+    assert fc.quality_lines(q)[3].startswith("NPT before")
+    # the same cells as SPIN records are another model's: none selected for NPT, all for SPIN
+    spin = tmp_path / "spin.jsonl"
+    spin.write_text(one.read_text().replace('"model": "npt"', '"model": "spin"'))
+    with pytest.raises(SystemExit, match="no npt cell"):
+        fc.quality_held("npt", "none", f"{spin}:default:a", f"{spin}:default:a")
+    s = fc.quality_held("spin", "spin", f"{spin}:default:a", f"{spin}:default:a")
+    assert s["cells"] == 2 and fc.quality_lines(s)[3].startswith("SPIN before")
+    with pytest.raises(SystemExit, match="catboost"):
+        fc.quality_held("catboost", "x", f"{one}:default:a", f"{one}:default:a")
