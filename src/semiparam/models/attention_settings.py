@@ -29,7 +29,7 @@ class AttentionSettings(FrozenConfig):
     # heads of the attention within a row (NPT's ABA; SPIN's XABA, ABLA and ``predictor_aba``);
     # None: ``n_heads``, as the papers. Its tokens are single cells of width e, so with e=8 and
     # 4 heads each head compares 2 numbers, and PyTorch's CPU attention kernel pays per (row,
-    # head) pair: one head of width e costs about a third of four (``column_heads``).
+    # head) pair, so fewer heads make the step cheaper (``benchmarks/results/fit_cost.md``).
     column_heads: int | None = None
 
     def column_head_count(self, n_heads: int) -> int:
