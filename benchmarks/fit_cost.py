@@ -36,6 +36,11 @@ import numpy as np
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODELS = ("npt", "spin", "catboost")
+# the neural defaults with one setting changed, for a ratio measured in the same run (--models)
+VARIANTS = {
+    "npt-in-turn": ("npt", {"train_options": {"concurrent_members": "never"}}),
+    "spin-in-turn": ("spin", {"train_options": {"concurrent_members": "never"}}),
+}
 PROFILE_TABLES = ("boston", "adult")  # a small table and a medium one
 # op-name fragments -> the category a profile reports them under (first match wins)
 CATEGORIES = (
@@ -48,9 +53,15 @@ CATEGORIES = (
 # -- cells (each in its own process) ------------------------------------------------------------------
 
 
+def model_and_overrides(model: str, device: str) -> tuple[str, dict[str, Any]]:
+    """The devsuite model a cell of ``model`` (a model or a variant) fits, and its overrides."""
+    base, overrides = VARIANTS.get(model, (model, {}))
+    return base, ({"device": device, **overrides} if base in ds.NEURAL_MODELS else {})
+
+
 def fit_cell(table: str, model: str, split: int, device: str) -> dict[str, Any]:
-    overrides = {"device": device} if model in ds.NEURAL_MODELS else {}
-    return ds.run_cell(table, model, split, overrides)
+    base, overrides = model_and_overrides(model, device)
+    return ds.run_cell(table, base, split, overrides)
 
 
 def profile_cell(table: str, model: str, steps: int, device: str) -> dict[str, Any]:
@@ -153,12 +164,12 @@ def run_in_subprocess(args: list[str], timeout: float) -> dict[str, Any]:
 
 
 def cell_key(table: str, model: str, split: int, device: str) -> str:
-    overrides = {"device": device} if model in ds.NEURAL_MODELS else {}
-    est = ds.make_model(model, ds.TABLES[table].task, ds.split_seed(table, split), overrides)
-    settings = ds.model_settings(model, est, overrides)
-    version = ds.library_version(model)
+    base, overrides = model_and_overrides(model, device)
+    est = ds.make_model(base, ds.TABLES[table].task, ds.split_seed(table, split), overrides)
+    settings = ds.model_settings(base, est, overrides)
+    version = ds.library_version(base)
     fingerprint = {"data": ds.data_hash(table), "seed": ds.split_seed(table, split)}
-    return ds.cell_key(fingerprint, model, split, settings, ds.code_version(), version) + f"/{device}"
+    return ds.cell_key(fingerprint, base, split, settings, ds.code_version(), version) + f"/{device}"
 
 
 def machine() -> dict[str, Any]:
@@ -180,7 +191,12 @@ def read_lines(path: Path) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tables", default=",".join(ds.TABLES))
-    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument(
+        "--models",
+        default=",".join(MODELS),
+        help=f"of {', '.join((*MODELS, *VARIANTS))}; the variants: the defaults with the members "
+        "fitted one after another (concurrent_members='never'), beside them in the same run",
+    )
     p.add_argument("--splits", type=int, default=1)
     p.add_argument("--device", default="cpu", help="where NPT and SPIN train (CatBoost: the CPU)")
     p.add_argument("--profile-tables", default=",".join(PROFILE_TABLES), help="'' for none")
@@ -218,7 +234,11 @@ def main(argv: list[str] | None = None) -> None:
         tables = [t for t in a.tables.split(",") if t]
         # the profiles first (short), then table by table, so that a run cut short still has whole rows
         cells = [("profile", t, m, 0) for t in a.profile_tables.split(",") if t for m in ds.NEURAL_MODELS]
-        cells += [("fit", t, m, s) for s in range(a.splits) for t in tables for m in a.models.split(",")]
+        models = [m for m in a.models.split(",") if m]
+        unknown = [m for m in models if m not in (*MODELS, *VARIANTS)]
+        if unknown:
+            raise SystemExit(f"--models: unknown {unknown}; choose from {', '.join((*MODELS, *VARIANTS))}")
+        cells += [("fit", t, m, s) for s in range(a.splits) for t in tables for m in models]
         for kind, table, model, split in cells:
             key = cell_key(table, model, split, a.device) + ("/profile" if kind == "profile" else "")
             if key in done:
@@ -403,7 +423,7 @@ def write_report(
     by_cell = {(r["table"], r["model"], r["split"]): r for r in fits}
     tables = [t for t in ds.TABLES if any(k[0] == t for k in by_cell)]
     splits = sorted({k[2] for k in by_cell})
-    models = [m for m in MODELS if any(k[1] == m for k in by_cell)]
+    models = [m for m in (*MODELS, *VARIANTS) if any(k[1] == m for k in by_cell)]
     complete = [(t, s) for t in tables for s in splits if all((t, m, s) in by_cell for m in models)]
     totals = {m: sum(by_cell[(t, m, s)]["fit_seconds"] for t, s in complete) for m in models}
     ratio = {m: totals[m] / totals["catboost"] for m in models if "catboost" in totals and totals["catboost"]}
@@ -461,6 +481,18 @@ def write_report(
         "",
         f"{summary['cells']} cells ({summary['tables']} tables x splits {splits}).",
         "",
+        *(
+            [
+                "NPT and SPIN fit their members at once, in threads of one PyTorch thread each "
+                "(`concurrent_members`); "
+                + ", ".join(f"`{m}`" for m in models if m in VARIANTS)
+                + ": the same defaults with the members one after another on both threads "
+                "(`concurrent_members='never'`), in the same run.",
+                "",
+            ]
+            if any(m in VARIANTS for m in models)
+            else []
+        ),
         "| model | fit seconds | x CatBoost | mean rank | geo-mean score / CatBoost |",
         "|---|---|---|---|---|",
     ]

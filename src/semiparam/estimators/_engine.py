@@ -87,6 +87,7 @@ class TableLearner:
         self.seed = int(seed)
         self.verbose = verbose
         self.label = ""  # shown in the progress bar: "member 2 of 3" for an ensemble's member
+        self.bar_position: int | None = None  # the bar's line when members train at once
         # the caller's validation rows (an estimator's ``eval_set``), encoded: when set, they pick
         # the best checkpoint and every training row trains (no internal validation split)
         self.eval_rows: EncodedTable | None = None
@@ -306,7 +307,7 @@ class TableLearner:
         setup = TrainingSetup(
             sampler=sampler,
             generator=torch.Generator(device=self.device).manual_seed(self.seed),
-            callbacks=[ProgressBar(self.verbose, bar), CostWarning()],
+            callbacks=[ProgressBar(self.verbose, bar, self.bar_position), CostWarning()],
         )
         if self.eval_rows is not None and has_targets:
             setup.callbacks.append(BestCheckpoint(cfg.patience, cfg.smoothing))

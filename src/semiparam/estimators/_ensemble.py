@@ -259,8 +259,11 @@ class EnsembleLearner:
             None if checkpoint_dir is None else Path(checkpoint_dir) / f"member_{k}"
             for k in range(len(self.members))
         ]
+        workers = self.concurrent_workers(checkpoint_dir)
         if self.trains_together(checkpoint_dir):
             self._fit_together(enc, enc_u)
+        elif workers > 1:
+            self._fit_concurrently(enc, enc_u, member_dirs, resume, workers)
         elif self.backend == "serial" or len(self.members) == 1:
             overhead = 0.0  # seconds a member's fit spends outside its training steps, as measured
             for k, (member, member_dir) in enumerate(zip(self.members, member_dirs, strict=True)):
@@ -324,6 +327,69 @@ class EnsembleLearner:
             # images: their patch embeddings are not written for torch.func (not measured either)
             and getattr(self.model_config, "image_channels", 0) == 0
         )
+
+    def concurrent_workers(self, checkpoint_dir: str | Path | None = None) -> int:
+        """How many members train at once in threads of this process (``TrainConfig.
+        concurrent_members``), each on one PyTorch thread; 1: one after another. All members at
+        once up to one more than PyTorch's threads (so a core does not idle while a member's
+        Python holds the interpreter lock), and never on a GPU unless asked ("always")."""
+        c = self.train_config
+        threads = torch.get_num_threads()
+        wanted = c.concurrent_members == "always" or (
+            c.concurrent_members == "auto" and self.device.type == "cpu" and threads > 1
+        )
+        if (
+            not wanted
+            or len(self.members) == 1
+            or self.backend != "serial"
+            or self.trains_together(checkpoint_dir)
+            or current_group().world_size > 1
+        ):
+            return 1
+        return min(len(self.members), max(threads, 1) + 1)
+
+    def _fit_concurrently(
+        self,
+        enc: EncodedTable,
+        enc_u: EncodedTable | None,
+        member_dirs: Sequence[Path | None],
+        resume: bool,
+        workers: int,
+    ) -> None:
+        """Every member's ordinary fit, ``workers`` at a time in threads, PyTorch on one thread
+        (restored afterwards). A member's error is raised here once the others have stopped."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        budget = self.train_config.time_budget
+        if budget is not None:  # members in rounds of `workers`, each round a share of the budget
+            rounds = -(-len(self.members) // workers)
+            share = 0.95 * budget / rounds
+            for member in self.members:
+                member.train_config = member.train_config.replace(time_budget=share)
+        for k, member in enumerate(self.members):
+            member.bar_position = k
+
+        def fit(k: int) -> None:
+            self.members[k].fit_encoded(
+                self.encoder, enc, enc_u, checkpoint_dir=member_dirs[k], resume=resume
+            )
+
+        before = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            with ThreadPoolExecutor(workers, thread_name_prefix="semiparam-member") as pool:
+                futures = [pool.submit(fit, k) for k in range(len(self.members))]
+                try:
+                    for future in futures:
+                        future.result()
+                except BaseException:
+                    for future in futures:  # members not yet started do not start
+                        future.cancel()
+                    raise
+        finally:
+            torch.set_num_threads(before)
+            for member in self.members:
+                member.bar_position = None
 
     def _fit_together(self, enc: EncodedTable, enc_u: EncodedTable | None) -> None:
         assert self.encoder is not None

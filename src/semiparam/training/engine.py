@@ -146,9 +146,12 @@ class BestCheckpoint(Callback):
 class ProgressBar(Callback):
     """A tqdm bar on a terminal; silent when stderr is not one (logs, CI) unless forced."""
 
-    def __init__(self, enabled: bool | None = None, description: str = "training") -> None:
+    def __init__(
+        self, enabled: bool | None = None, description: str = "training", position: int | None = None
+    ) -> None:
         self.enabled = sys.stderr.isatty() if enabled is None else enabled
         self.description = description
+        self.position = position  # the bar's line, when several train at once (tqdm's position)
         self.bar = None
 
     def on_train_begin(self, trainer: Engine) -> None:
@@ -160,6 +163,7 @@ class ProgressBar(Callback):
                 initial=trainer.start_step,
                 desc=self.description,
                 leave=False,
+                position=self.position,
             )
 
     def on_step_end(self, trainer: Engine, step: int, stats: dict[str, float]) -> None:
