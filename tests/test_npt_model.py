@@ -132,10 +132,12 @@ def test_dropout_acts_in_training_only(kind: str) -> None:
         {"n_blocks": "eight"},
         {"column_heads": 0},
         {"d_embedding": 8, "n_heads": 2, "column_heads": 3},
+        {"max_row_width": 0},
+        {"n_heads": 0},
     ],
 )
 def test_invalid_config_raises(bad):
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match="|".join(bad)):
         NPTConfig(**bad)
 
 

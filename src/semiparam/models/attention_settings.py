@@ -1,13 +1,16 @@
-"""The attention-backend and memory settings NPT and SPIN share (``nn.backends``)."""
+"""The attention-backend, width and memory settings NPT and SPIN share (``nn.backends``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from .._config import ConfigError, FrozenConfig
 from ..nn.backends import BACKENDS, backend_names, backend_options
+
+S = TypeVar("S", bound="AttentionSettings")
 
 
 @dataclass(frozen=True)
@@ -18,6 +21,10 @@ class AttentionSettings(FrozenConfig):
     SPIN's XABA, ABLA and predictor). Names are those of ``semiparam.nn.backends.BACKENDS``
     (``"sdpa"``, ``"dense"``, ``"chunked"``, ``"performer"``, ``"topk"`` and any registered)."""
 
+    # the model's widths, which its config restates with its own defaults and meaning: e per
+    # cell, and the heads of the attention over rows
+    d_embedding: int = 16
+    n_heads: int = 4
     row_attention: str = "sdpa"
     column_attention: str = "sdpa"
     attention_chunk: int = 1024  # chunked / topk (and sdpa with dropout): queries per chunk
@@ -31,6 +38,18 @@ class AttentionSettings(FrozenConfig):
     # 4 heads each head compares 2 numbers, and PyTorch's CPU attention kernel pays per (row,
     # head) pair, so fewer heads make the step cheaper (``benchmarks/results/fit_cost.md``).
     column_heads: int | None = None
+    # NOTE[DIFF]: a cap on a row token's width n_columns * e for wide tables (NPT's ABD rows,
+    # SPIN's predictor rows): e shrinks, to a multiple of every head count (at least that), so
+    # that the token stays near this width. The papers keep e fixed; attention over rows of
+    # width d*e costs O(n * (d e)^2) per step, which on a table of 30 columns dominates a step.
+    # None: no cap (the paper presets).
+    max_row_width: int | None = None
+
+    def for_columns(self: S, n_columns: int) -> S:
+        """The configuration a table of ``n_columns`` gets: ``d_embedding`` lowered under the
+        ``max_row_width`` cap."""
+        e = self.capped_embedding(self.d_embedding, self.n_heads, n_columns, self.max_row_width)
+        return self if e == self.d_embedding else dataclasses.replace(self, d_embedding=e)
 
     def column_head_count(self, n_heads: int) -> int:
         """The heads of the attention within a row, for a model of ``n_heads`` heads."""
@@ -45,7 +64,14 @@ class AttentionSettings(FrozenConfig):
         step = math.lcm(n_heads, self.column_head_count(n_heads))
         return min(d_embedding, max(step, (cap // n_columns) // step * step))
 
-    def validate_column_heads(self, d_embedding: int) -> None:
+    def validate_widths(self, d_embedding: int, n_heads: int) -> None:
+        """Both head counts divide ``d_embedding``; ``max_row_width`` is positive or None."""
+        if d_embedding < 1 or n_heads < 1:
+            raise ConfigError(f"d_embedding and n_heads must be >= 1, got {d_embedding} and {n_heads}")
+        if d_embedding % n_heads:
+            raise ConfigError(f"n_heads ({n_heads}) must divide d_embedding ({d_embedding})")
+        if self.max_row_width is not None and self.max_row_width < 1:
+            raise ConfigError(f"max_row_width must be >= 1 or None, got {self.max_row_width}")
         if self.column_heads is None:
             return
         if self.column_heads < 1:

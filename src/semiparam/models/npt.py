@@ -49,11 +49,6 @@ class NPTConfig(AttentionSettings, InputSettings):
     normalize_kv: bool = True  # paper: K, V from LN(H); False = reference-code quirk (raw H)
     use_aba: bool = True  # False = the "NPT without ABA" ablation (ABD blocks only)
     embedding_layer_norm: bool = False
-    # NOTE[DIFF]: a cap on the ABD row width n_columns * e for wide tables: e shrinks (to a
-    # multiple of n_heads and column_heads, at least that) so that the row token stays near this width. The
-    # paper keeps e fixed; an ABD step costs O(n * (d e)^2), so a 30-column table at e=16 trains
-    # about 4x slower than at e=8 for no measured gain on CPU. None: no cap (the paper presets).
-    max_row_width: int | None = None
     gaussian_head: bool = False  # NOTE[DIFF]: a mean + scale head for continuous columns (not in paper)
     # periodic embedding of continuous values (0 = the paper's linear embedding only; see
     # nn.columns.ColumnEmbedding): number of learned frequencies per column and their init scale
@@ -61,15 +56,11 @@ class NPTConfig(AttentionSettings, InputSettings):
     frequency_scale: float = 1.0
 
     def validate(self) -> None:
-        if self.d_embedding < 1 or self.n_heads < 1:
-            raise ConfigError("d_embedding and n_heads must be positive")
         if self.n_frequencies < 0 or not self.frequency_scale > 0:
             raise ConfigError("n_frequencies must be >= 0 and frequency_scale > 0")
         if self.ff_multiplier < 1:
             raise ConfigError(f"ff_multiplier must be >= 1, got {self.ff_multiplier}")
-        if self.d_embedding % self.n_heads:
-            raise ConfigError(f"n_heads ({self.n_heads}) must divide d_embedding ({self.d_embedding})")
-        self.validate_column_heads(self.d_embedding)
+        self.validate_widths(self.d_embedding, self.n_heads)
         if self.n_blocks < 2 or self.n_blocks % 2:
             raise ConfigError(f"n_blocks must be even and >= 2, got {self.n_blocks}")
         for name in ("dropout", "attention_dropout"):
@@ -102,12 +93,6 @@ class NPTConfig(AttentionSettings, InputSettings):
             n_blocks=2,
             column_heads=1,
         )
-
-    def for_columns(self, n_columns: int) -> NPTConfig:
-        """The configuration a table of ``n_columns`` gets: ``d_embedding`` lowered under the
-        ``max_row_width`` cap (see there)."""
-        e = self.capped_embedding(self.d_embedding, self.n_heads, n_columns, self.max_row_width)
-        return self if e == self.d_embedding else self.replace(d_embedding=e)
 
     @classmethod
     def paper_small(cls) -> NPTConfig:

@@ -57,11 +57,6 @@ class SPINConfig(AttentionSettings, InputSettings):
     n_heads: int = 4  # must divide e
     dropout: float = 0.1  # hidden, feed-forward, embedding and pre-head dropout
     ff_multiplier: int = 4  # hidden units of each block's feed-forward, per channel (paper: 4)
-    # NOTE[DIFF]: a cap on the predictor's row token n_columns * e for wide tables, as NPTConfig's:
-    # e shrinks (to a multiple of the head counts) so that the token stays near this width. The
-    # paper keeps e fixed; the predictor costs O(b * (d e)^2) per step and dominates a step on a
-    # table of 30 columns. None: no cap (the paper presets).
-    max_row_width: int | None = None
     # NOTE[DIFF]: the paper uses 0.1 on the attention weights; that forces PyTorch's quadratic
     # attention path on the CPU, so the CPU preset turns it off (as NPTConfig does).
     attention_dropout: float = 0.0
@@ -95,13 +90,9 @@ class SPINConfig(AttentionSettings, InputSettings):
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.n_frequencies < 0 or not self.frequency_scale > 0:
             raise ConfigError("n_frequencies must be >= 0 and frequency_scale > 0")
-        if self.d_embedding % self.n_heads:
-            raise ConfigError(f"n_heads ({self.n_heads}) must divide d_embedding ({self.d_embedding})")
-        self.validate_column_heads(self.d_embedding)
+        self.validate_widths(self.d_embedding, self.n_heads)
         if self.ff_multiplier < 1:
             raise ConfigError(f"ff_multiplier must be >= 1, got {self.ff_multiplier}")
-        if self.max_row_width is not None and self.max_row_width < 1:
-            raise ConfigError(f"max_row_width must be >= 1 or None, got {self.max_row_width}")
         for name in ("dropout", "attention_dropout"):
             p = getattr(self, name)
             if not 0.0 <= p < 1.0:
@@ -132,12 +123,6 @@ class SPINConfig(AttentionSettings, InputSettings):
             ff_multiplier=2,
             column_heads=1,
         )
-
-    def for_columns(self, n_columns: int) -> SPINConfig:
-        """The configuration a table of ``n_columns`` gets: ``d_embedding`` lowered under the
-        ``max_row_width`` cap (see there)."""
-        e = self.capped_embedding(self.d_embedding, self.n_heads, n_columns, self.max_row_width)
-        return self if e == self.d_embedding else self.replace(d_embedding=e)
 
     @classmethod
     def paper_small(cls) -> SPINConfig:
