@@ -121,6 +121,32 @@ def test_loss_reads_only_scored_cells():
     torch.testing.assert_close(loss, expected)
 
 
+def test_categorical_heads_and_losses_are_each_columns_own() -> None:
+    """The heads read the categorical columns gathered at once and the losses are written at
+    once: the same values and gradients, to the bit, as a head and a cross-entropy per column."""
+    from semiparam.nn.columns import ColumnHeads
+
+    torch.manual_seed(1)
+    heads = ColumnHeads(LAYOUT, 6, dropout=0.0)
+    values, _ = _data(10)
+    h = torch.randn(10, 4, 6, requires_grad=True)
+    outputs = heads(h)
+    losses = cell_losses(outputs, values, LAYOUT, label_smoothing=0.1)
+    (grad,) = torch.autograd.grad(losses.sum(), h)
+    h2 = h.detach().clone().requires_grad_(True)
+    total = h2.new_zeros(())
+    for k, (j, head) in enumerate(zip(LAYOUT.categorical, heads.cat_heads, strict=True)):
+        logits = head(h2[:, j])
+        assert torch.equal(logits, outputs.categorical[k])
+        loss = torch.nn.functional.cross_entropy(
+            logits, values[:, j].long(), reduction="none", label_smoothing=0.1
+        )
+        assert torch.equal(loss, losses[:, j])
+        total = total + loss.sum()
+    (grad2,) = torch.autograd.grad(total, h2)
+    assert torch.equal(grad[:, LAYOUT.categorical], grad2[:, LAYOUT.categorical])
+
+
 def test_schedules():
     assert flat_cosine(0, 100, 0.5) == 1.0 and flat_cosine(49, 100, 0.5) == 1.0
     assert flat_cosine(100, 100, 0.5) == pytest.approx(0.0, abs=1e-12)

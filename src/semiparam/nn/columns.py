@@ -179,7 +179,11 @@ class ColumnHeads(nn.Module):
         h = self.dropout(h)
         # (n, n_cont, e) x (n_cont, e, n_out) -> (n, n_cont, n_out)
         cont = torch.einsum("nce,ceo->nco", h[:, self.cont_idx], self.cont_weight) + self.cont_bias
-        cat = [head(h[:, j]) for j, head in zip(self.cat_columns, self.cat_heads)]
+        # the columns as views of h, split once: the backward pass then stacks their gradients
+        # once, where h[:, j] per column would add a zero-filled copy of h per column (the same
+        # values either way, and the same views of h as h[:, j], so the same products)
+        cells = h.unbind(1) if self.cat_columns else ()
+        cat = [head(cells[j]) for j, head in zip(self.cat_columns, self.cat_heads, strict=True)]
         return ColumnOutputs(cont, cat)
 
 
