@@ -419,7 +419,13 @@ class EnsembleLearner:
         n = len(self.members)
         precision = autocast_dtype(self.device, self.train_config.mixed_precision)
         how = "float32" if precision is None else f"{str(precision).removeprefix('torch.')} autocast"
-        together = ", trained together" if self.trains_together(checkpoint_dir) else ""
+        workers = self.concurrent_workers(checkpoint_dir)
+        if self.trains_together(checkpoint_dir):
+            together = ", trained together"
+        elif workers > 1:
+            together = f", {workers} at a time in threads of one PyTorch thread each"
+        else:
+            together = ""
         return f"{n} {self.model_name} member{'s' if n > 1 else ''} on {self.device}, {how}{together}"
 
     def use_backend(self, backend: str, ray_address: str | None = None) -> None:
