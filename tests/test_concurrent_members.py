@@ -116,3 +116,24 @@ def test_a_time_budget_is_shared_by_rounds_of_concurrent_members(one_thread) -> 
     # on one thread two at a time: two rounds, each a share of the budget
     budgets = [m.train_config.time_budget for m in model.learner_.members]
     assert budgets == [pytest.approx(0.95 * 30.0 / 2)] * 3
+
+
+def test_set_training_switches_only_a_model_in_the_other_mode() -> None:
+    from torch import nn
+
+    from semiparam.nn.modes import set_training
+
+    calls = []
+
+    class Counted(nn.Sequential):
+        def train(self, mode: bool = True):
+            calls.append(mode)
+            return super().train(mode)
+
+    model = Counted(nn.Linear(2, 2), nn.Dropout(0.5))
+    assert set_training(model) is model and calls == []  # a new module trains already
+    set_training(model, False)
+    set_training(model, False)
+    assert calls == [False] and not model[1].training
+    set_training(model)
+    assert calls == [False, True] and model[1].training

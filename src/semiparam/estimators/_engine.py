@@ -42,6 +42,7 @@ from .._io import (
 from ..data.table import DataValidationError, EncodedTable, TableEncoder, TableSchema
 from ..models.registry import get_model
 from ..nn.columns import CATEGORICAL, ColumnOutputs
+from ..nn.modes import set_training
 from ..training.checkpoint import TrainingCheckpoint, fingerprint
 from ..training.config import TrainConfig
 from ..training.device import predict_dtype, resolve_device
@@ -430,7 +431,7 @@ class TableLearner:
         assert self.module is not None
         dtype = predict_dtype(self.device, self.train_config.predict_dtype)
         if dtype == next(self.module.parameters()).dtype:
-            return self.module.eval()
+            return set_training(self.module, False)
         if self._inference_copy is None:
             self._inference_copy = copy.deepcopy(self.module).to(dtype).eval()
         return self._inference_copy
@@ -439,8 +440,7 @@ class TableLearner:
     def encode(self, context: EncodedTable, module: torch.nn.Module | None = None) -> Any:
         """The model's encoding of context rows (``encode_context``), by default with the
         inference module."""
-        module = module or self.inference_module()
-        module.eval()
+        module = set_training(module or self.inference_module(), False)
         dtype = next(module.parameters()).dtype
         values, hidden = self.context_inputs(context)
         return module.encode_context(values.to(dtype), hidden)
@@ -450,8 +450,7 @@ class TableLearner:
         self, queries: EncodedTable, state: Any, module: torch.nn.Module | None = None
     ) -> ColumnOutputs:
         """Raw outputs for encoded query rows predicted from an encoded context ``state``."""
-        module = module or self.inference_module()
-        module.eval()
+        module = set_training(module or self.inference_module(), False)
         dtype = next(module.parameters()).dtype
         pieces: list[ColumnOutputs] = []
         bs = self.train_config.predict_batch_size
@@ -518,8 +517,7 @@ class TableLearner:
         if queries.weights is not None:
             scored = scored * torch.as_tensor(queries.weights, device=self.device)[:, None]
         losses = cell_losses(outputs, true, self.schema.layout())
-        if was_training:
-            self.module.train()
+        set_training(self.module, was_training)
         return float((losses * scored).sum() / scored.sum().clamp(min=1e-12))
 
     def context_state(self) -> Any:

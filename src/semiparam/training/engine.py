@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
+from ..nn.modes import set_training
 from .checkpoint import TrainingCheckpoint, rng_state, set_rng_state
 from .config import TrainConfig
 from .distributed import ProcessGroup, current_group
@@ -276,7 +277,7 @@ class Engine:
 
     def train_step(self, batch: Any, step: int) -> dict[str, float]:
         """One optimiser step on ``batch``; returns the step's statistics (``loss``, ``lr``, ...)."""
-        self.model.train()
+        set_training(self.model)
         loss, stats = self.step_loss(batch, step)
         lr = self.set_learning_rate(step)
         self.optimizer.zero_grad(set_to_none=True)

@@ -31,6 +31,7 @@ from torch.func import functional_call, stack_module_state, vmap
 
 from ..nn.columns import ColumnLayout, ColumnOutputs
 from ..nn.dropout import set_dropout_generator
+from ..nn.modes import set_training
 from .config import TrainConfig
 from .device import autocast, autocast_dtype
 from .engine import Callback, Engine, TrainHistory
@@ -162,7 +163,7 @@ def train_members(
             active, optimizer = _retire(done, active, stack, optimizer, plans, schedules, start)
             if not active:
                 break
-        stack.train()
+        set_training(stack)
         batches = [plans[k].next_batch(step) for k in active]
         n_rows = min(len(b.values) for b in batches)  # equal but for a minibatch's last row
         masked = [

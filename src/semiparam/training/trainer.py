@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from ..nn.columns import ColumnLayout, ColumnOutputs
 from ..nn.dropout import set_dropout_generator
+from ..nn.modes import set_training
 from .checkpoint import TrainingCheckpoint, rng_state, set_rng_state
 from .config import TrainConfig
 from .device import autocast, autocast_dtype
@@ -179,7 +180,7 @@ class Trainer(Engine):
         accumulate (each divided by the shards here), DistributedDataParallel averages them over
         the processes, then every process takes the same optimiser step."""
         module = self.ddp if self.ddp is not None else self.model
-        module.train()
+        set_training(module)
         lr = self.set_learning_rate(step)
         self.optimizer.zero_grad(set_to_none=True)
         n_local = len(self.shards)
