@@ -12,6 +12,14 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 TINY_MODEL = {"d_embedding": 8, "n_heads": 2, "n_blocks": 2, "dropout": 0.0}
 
 
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Every test starts on one PyTorch thread, whatever a test before it in this process set
+    (a fit on more threads trains its ensemble members at once, in threads of its own)."""
+    torch.set_num_threads(1)
+    yield
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     """One local Ray cluster per test process, started by the first test that needs it: the Ray

@@ -76,8 +76,14 @@ def test_ensemble_members_on_ray_equal_the_serial_fit(ray_cluster) -> None:
     )
     y = (X["a"] + 0.5 * X["b"] > 0).astype(int)
     params = dict(n_estimators=2, max_steps=30, random_state=0, verbose=False)
-    serial = NPTClassifier(**params).fit(X, y)
-    ray = NPTClassifier(**params, backend="ray").fit(X, y)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)  # the serial fit trains its members at once, one thread each
+        serial = NPTClassifier(**params).fit(X, y)
+        assert serial.learner_.concurrent_workers() == 2
+        ray = NPTClassifier(**params, backend="ray").fit(X, y)
+    finally:
+        torch.set_num_threads(before)
     for a, b in zip(serial.learner_.members, ray.learner_.members, strict=True):
         _assert_same_learners(a, b)
     np.testing.assert_allclose(ray.predict_proba(X), serial.predict_proba(X), rtol=0, atol=1e-6)

@@ -282,6 +282,7 @@ class EnsembleLearner:
                 list(zip(self.members, member_dirs, strict=True)),
                 backend=self.backend,
                 address=self.ray_address,
+                threads=self.member_threads(checkpoint_dir),
             )
             self.members = [
                 TableLearner.from_files(f, device=m.device) for f, m in zip(packed, self.members, strict=True)
@@ -333,20 +334,26 @@ class EnsembleLearner:
         concurrent_members``), each on one PyTorch thread; 1: one after another. All members at
         once up to one more than PyTorch's threads (so a core does not idle while a member's
         Python holds the interpreter lock), and never on a GPU unless asked ("always")."""
+        if self.backend != "serial" or self.member_threads(checkpoint_dir) is None:
+            return 1
+        return min(len(self.members), torch.get_num_threads() + 1)
+
+    def member_threads(self, checkpoint_dir: str | Path | None = None) -> int | None:
+        """The PyTorch threads each member trains on: 1 where the members train at once (see
+        :meth:`concurrent_workers`; Ray tasks then use 1 too, so that they compute what the
+        fit in this process would), None for PyTorch's setting as it stands."""
         c = self.train_config
-        threads = torch.get_num_threads()
         wanted = c.concurrent_members == "always" or (
-            c.concurrent_members == "auto" and self.device.type == "cpu" and threads > 1
+            c.concurrent_members == "auto" and self.device.type == "cpu" and torch.get_num_threads() > 1
         )
         if (
             not wanted
             or len(self.members) == 1
-            or self.backend != "serial"
             or self.trains_together(checkpoint_dir)
             or current_group().world_size > 1
         ):
-            return 1
-        return min(len(self.members), max(threads, 1) + 1)
+            return None
+        return 1
 
     def _fit_concurrently(
         self,
