@@ -305,3 +305,14 @@ def test_checkpoint_and_resume(tmp_path):
         X, y, checkpoint_dir=tmp_path / "a", resume=True
     )
     np.testing.assert_allclose(resumed.predict_proba(X[:5]), whole.predict_proba(X[:5]), atol=1e-12)
+
+
+@pytest.mark.parametrize("cls", [NPTImageClassifier, SPINImageClassifier])
+def test_image_estimators_keep_the_papers_widths_and_depth(cls):
+    """The table presets' cuts (row cap, 2x feed-forwards, one head within a row, NPT's 2 blocks,
+    SPIN's one layer) were measured on tables only: an image model keeps the paper's."""
+    X, y = bars(40, seed=4)
+    clf = cls(patch_size=4, max_steps=1, train_options=FAST, random_state=0, verbose=False).fit(X, y)
+    config = clf.learner_.model_config
+    assert config.max_row_width is None and config.ff_multiplier == 4 and config.column_heads is None
+    assert (config.n_blocks == 4) if cls is NPTImageClassifier else (config.n_layers == 2)

@@ -317,6 +317,6 @@ class SPINImageClassifier(_ImageClassifier):
         "inducing points attend to the training images; predictions need only their encoding.\n" + _PARAMS_DOC
     )
     _model_name = "spin"
-    # the table preset's row cap would shrink e to 4 on 50 patches; its 2x feed-forwards and one
-    # head within a row were measured on tables only
-    _image_model_defaults = {"max_row_width": None, "ff_multiplier": 4, "column_heads": None}
+    # the table preset's row cap would shrink e to 4 on 50 patches; its 2x feed-forwards, one
+    # head within a row and one layer were measured on tables only
+    _image_model_defaults = {"max_row_width": None, "ff_multiplier": 4, "column_heads": None, "n_layers": 2}
