@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> None:
         (a.out_dir / "fit_cost_quality.json").write_text(json.dumps(ds.jsonable(quality), indent=1))
     elif (a.out_dir / "fit_cost_quality.json").exists():
         quality = json.loads((a.out_dir / "fit_cost_quality.json").read_text())
-    write_report(read_lines(jsonl), a.out_dir, quality)
+    write_report(read_lines(jsonl), a.out_dir, quality, command)
 
 
 # -- quality held: the development suite's scores before and after a change, from tabular_defaults ----
@@ -415,7 +415,10 @@ def member_steps(r: dict[str, Any]) -> list[int]:
 
 
 def write_report(
-    records: list[dict[str, Any]], out_dir: Path, quality: dict[str, Any] | list[dict[str, Any]] | None = None
+    records: list[dict[str, Any]],
+    out_dir: Path,
+    quality: dict[str, Any] | list[dict[str, Any]] | None = None,
+    command: str | None = None,
 ) -> None:
     rows = current(records)
     fits = [r for r in rows if r["kind"] == "fit"]
@@ -464,7 +467,8 @@ def write_report(
         "in its own process with 2 threads; devices are named per cell. Lower scores are better",
         "(RMSE for regression, log loss for classification).",
         "",
-        "Commands: " + "; ".join(f"`{c}`" for c in commands),
+        *([f"This report: `{command}`", ""] if command is not None else []),
+        "The cells were measured by: " + "; ".join(f"`{c}`" for c in commands),
         "",
         "Code: " + "; ".join(f"`{c}`" for c in codes),
         "",
