@@ -86,10 +86,11 @@ class TrainConfig(FrozenConfig):
     # members that train one after another (not together) run at once in threads of this
     # process, each on one PyTorch thread, rather than in turn on all of them: the small matrix
     # products of a table's step keep two threads of one op only partly busy, while two members
-    # keep two cores fully busy (benchmarks/members_concurrent.py). A member's result then does not depend on
-    # how the threads were scheduled (each member has its own generators, and one PyTorch thread
-    # computes the same whatever runs beside it); it differs in the last bits from a fit on more
-    # PyTorch threads. "auto": on a CPU, where PyTorch has more than one thread; "never": in turn.
+    # keep two cores busy (benchmarks/results/fit_cost.md sets the defaults beside the members in
+    # turn). A member's result does not depend on how the threads were scheduled (each member
+    # has its own generators, and one PyTorch thread computes the same whatever runs beside it);
+    # it differs in the last bits from a fit on more PyTorch threads. "auto": on a CPU, where
+    # PyTorch has more than one thread; "never": in turn.
     concurrent_members: Literal["auto", "always", "never"] = "auto"
     # NOTE[DIFF]: the papers standardise continuous features; "quantile" maps each continuous
     # feature through scikit-learn's QuantileTransformer to a normal distribution (fitted on
