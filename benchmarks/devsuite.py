@@ -1041,7 +1041,7 @@ def src_hash(root: Path | None = None) -> str:
 
 def src_bytes_hash(root: Path | None = None) -> str:
     """sha256 of every file under src/semiparam, path and bytes: the code hash of devsuite
-    version 1 records (see ``tabular_defaults.py --rekey``)."""
+    version 1 records, which some results still carry."""
     root = root or REPO / "src" / "semiparam"
     h = hashlib.sha256()
     for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):

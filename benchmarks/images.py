@@ -6,8 +6,6 @@ scikit-learn MLP and a small CNN trained for the same time, and the paper's numb
     .venv/bin/python benchmarks/images.py --models npt,mlp,cnn
     .venv/bin/python benchmarks/images.py --memory             # images per training step
     .venv/bin/python benchmarks/images.py --report-only
-    .venv/bin/python benchmarks/images.py --rekey-verified COMMIT   # after a change that leaves
-                                                                     # the image models as they were
 
 Data: the MNIST **test** set shipped in ``$SEMIPARAM_DATA_DIR/mnist`` (10,000 images; the 60,000
 training images are not in the project's copy). A seeded random split (``--seed``, default 0)
@@ -30,13 +28,6 @@ gives the largest batch under ``--cap-gib``.
 
 Every run appends one line to ``<out>/images.jsonl`` (the run resumes: models done with the
 current code are skipped); ``images.md`` is generated from it.
-
-``--rekey-verified COMMIT``: the records are keyed on the code hash, so any change to the table
-models' code makes them stale. For a change meant to leave the image models as they compute (a
-new option, off by default), this carries COMMIT's records over after a check: a short seeded
-fit (400 images, 20 steps) of each image model, run once by COMMIT's code and once by the
-current code, each in a fresh process on this machine, must give the same test probabilities
-(to 1e-12, float64 prediction); otherwise nothing moves and the models must be rerun.
 """
 
 from __future__ import annotations
@@ -260,40 +251,6 @@ def memory_step(model: str, batch: int, checkpoint: bool, args: argparse.Namespa
     }
 
 
-def probe(model: str) -> list[list[float]]:
-    """Test probabilities of a short seeded fit: what ``--rekey-verified`` compares across codes."""
-    from semiparam import NPTImageClassifier, SPINImageClassifier
-
-    X, y, X_test, _ = split(400, 0)
-    cls = NPTImageClassifier if model == "npt" else SPINImageClassifier
-    clf = cls(max_steps=20, random_state=0, verbose=False).fit(X, y)
-    return clf.predict_proba(X_test[:200]).tolist()
-
-
-def rekey_verified(out: Path, commit: str, code: str) -> None:
-    """Move the records made by ``commit``'s code to ``code`` after the :func:`probe` check."""
-    from tabular_defaults import rekey_by_probe
-
-    from semiparam.bench.measure import PRESENTATION_ONLY, code_hash
-
-    def run_probes(env: dict[str, str] | None) -> dict[str, Any]:
-        found = {}
-        for model in IMAGE_MODELS:
-            result = _spawn(["probe", "--model", model], 1800.0, env=env)
-            if "error" in result:
-                raise SystemExit(f"probe of {model} failed: {result['error']}")
-            found[model] = result["proba"]
-        return found
-
-    rekey_by_probe(
-        out / "images.jsonl",
-        commit,
-        code,
-        run_probes,
-        lambda root: code_hash(root, exclude=PRESENTATION_ONLY),
-    )
-
-
 def worker(argv: list[str]) -> None:
     import torch
 
@@ -308,9 +265,7 @@ def worker(argv: list[str]) -> None:
     parser.add_argument("--seed", type=int)
     parser.add_argument("--out")
     args = parser.parse_args(argv)
-    if args.kind == "probe":
-        out = {"proba": probe(args.model)}
-    elif args.kind == "fit":
+    if args.kind == "fit":
         if args.model in IMAGE_MODELS:
             out = fit_image_model(args.model, args)
         elif args.model == "mlp":
@@ -472,7 +427,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cap-gib", type=float, default=16.0)
     parser.add_argument("--out", default=str(OUT))
     parser.add_argument("--report-only", action="store_true")
-    parser.add_argument("--rekey-verified", metavar="COMMIT", help="carry COMMIT's records over (see above)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import devsuite
@@ -481,9 +435,6 @@ def main(argv: list[str] | None = None) -> None:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    if args.rekey_verified:
-        rekey_verified(out, args.rekey_verified, _code())
-        args.report_only = True  # then only rewrite the report
     jsonl = out / "images.jsonl"
     records = [json.loads(s) for s in (jsonl.read_text().splitlines() if jsonl.exists() else []) if s.strip()]
     code = _code()

@@ -48,7 +48,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -228,7 +227,7 @@ def worker(args: argparse.Namespace) -> None:
         "curve": {"steps": history.eval_steps, "val_ll": [-v for v in history.val_loss]},
         "best_step": history.best_step,
         "stop_reason": history.stop_reason,
-        # an older src (rekey_verified runs this worker on one) has no adaptive schedule
+        # not every history has these (getattr keeps older ones readable)
         "anneal_start": getattr(history, "anneal_start", None),
         "lr_drops": getattr(history, "lr_drops", []),
         "loss_history": {"steps": history.steps, "loss": history.loss},
@@ -1157,78 +1156,6 @@ def run_cell(args: argparse.Namespace, kind: str, model: str, lo: int, hi: int, 
     return cell
 
 
-def rekey_verified(args: argparse.Namespace, old_commit: str, renames: dict[str, str]) -> None:
-    """Restamp the finished cells of ``old_commit``'s code with this code's hash, for the models
-    whose training is bit-identical under both: each model trains a short cell (40 steps, the first
-    range, seed 0, validation and evaluation included) with the old commit's ``src`` and with this
-    checkout's, and its loss history, validation curve and evaluation scores must be equal. Cells of
-    the other models stay stale (the next run reruns them). Probes (timings) are never restamped.
-
-    ``renames`` (new name -> old name): a model whose name moved, e.g. when a variant became the
-    default (``CIPNP=CIPNP-shared,CIPNP-separate=CIPNP``: the new default is checked against the
-    old explicit variant and its cells become the default's; the old default's cells become those
-    of the explicit variant now). The old side runs this script's ``MODELS`` under the old ``src``,
-    so both names must be in ``MODELS`` while the rename runs; an alias kept for it can go once no
-    cell bears its name."""
-    out = RESULTS / "np_convergence.json"
-    restore_cells(out, args)
-    root = HERE.parent
-    new_name = {old: new for new, old in renames.items()}
-    scratch = tempfile.TemporaryDirectory(prefix="np_rekey_")
-    old_tree = Path(scratch.name) / "tree"
-    subprocess.run(["git", "worktree", "add", "--detach", str(old_tree), old_commit], check=True, cwd=root)
-    try:
-        hash_code = f"from semiparam.bench.measure import code_hash; print(code_hash(modules={NP_MODULES!r}))"
-        old_hash = subprocess.run(
-            [sys.executable, "-c", hash_code],
-            env={**os.environ, "PYTHONPATH": str(old_tree / "src")},
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        lo, hi = parse_ranges(args.ranges)[0]
-        cell_files = sorted(TMP.glob("worker_*.json"))
-        cells = {f: json.loads(f.read_text()) for f in cell_files if "." not in f.stem}  # not set aside
-        cells = {f: c for f, c in cells.items() if c.get("np_code_hash") == old_hash}
-        models = sorted({c["model"] for c in cells.values()})
-        print(f"[rekey] {old_commit} (np code {old_hash}) -> {args.np_code_hash}: checking {models}")
-        moved: dict[Path, dict[str, Any]] = {}
-        for model in models:
-            runs = []
-            for side, (tree, name) in enumerate(((old_tree, model), (root, new_name.get(model, model)))):
-                out_dir = Path(scratch.name) / f"{model}_{side}"
-                result = out_dir / "cell.json"
-                out_dir.mkdir(parents=True)
-                short = [
-                    "--steps", "40", "--eval-every", "10", "--validation-batches", "2", "--eval-batches", "2",
-                    "--lr", str(args.lr), "--d-model", str(args.d_model), "--n-heads", str(args.n_heads),
-                    "--threads", str(args.threads), "--out-dir", str(out_dir),
-                ]  # fmt: skip
-                command = cell_command("worker", name, lo, hi, 0, result, short)
-                env = {**os.environ, "PYTHONPATH": str(tree / "src")}
-                subprocess.run(command, check=True, env=env, capture_output=True)
-                runs.append(json.loads(result.read_text()))
-            keys = ("loss_history", "curve", "eval_ll_per_batch")
-            same = all(runs[0][k] == runs[1][k] for k in keys)
-            target = new_name.get(model, model)
-            label = model if target == model else f"{model} (old) as {target} (new)"
-            print(f"[rekey] {label}: {'identical' if same else 'DIFFERENT: its cells stay stale'}")
-            if not same:
-                continue
-            for path, cell in cells.items():
-                if cell["model"] == model:
-                    rekeyed = {"np_code_hash": old_hash, "verified_against": old_commit, "model": model}
-                    cell.update(model=target, np_code_hash=args.np_code_hash, rekeyed_from=rekeyed)
-                    lo_c, hi_c = cell["range"]
-                    moved[TMP / f"worker_{cell_name(target, lo_c, hi_c, cell['seed'])}.json"] = cell
-                    path.replace(path.with_suffix(".rekeyed.json"))  # the source, set aside
-        for path, cell in moved.items():
-            path.write_text(json.dumps(cell, indent=1))
-    finally:
-        subprocess.run(["git", "worktree", "remove", "--force", str(old_tree)], check=False, cwd=root)
-        scratch.cleanup()
-
-
 def adopt(args: argparse.Namespace, source: Path) -> None:
     """Take in the cells of a run made elsewhere (a device machine's copy of this tree): ``source``
     is that run's cell folder (``.../tmp/np_convergence``). A cell's neural-process sources (every
@@ -1336,11 +1263,6 @@ def main() -> None:
     )
     parser.add_argument("--resume", action="store_true", help="keep finished cells (always on for cells)")
     parser.add_argument(
-        "--rekey-verified",
-        metavar="COMMIT",
-        help="restamp COMMIT's finished cells with this code's hash where a short training is identical",
-    )
-    parser.add_argument(
         "--adopt",
         type=Path,
         metavar="DIR",
@@ -1357,12 +1279,6 @@ def main() -> None:
         metavar="JSON",
         help="another run's results (e.g. benchmarks/results/np_convergence.json): the report sets this"
         " run's log-likelihoods beside its own, model by model",
-    )
-    parser.add_argument(
-        "--rekey-rename",
-        default="",
-        metavar="NEW=OLD,...",
-        help="with --rekey-verified: models renamed since COMMIT (checked new against old, cells renamed)",
     )
     parser.add_argument(
         "--out-dir", type=Path, default=RESULTS, help="where results go (default: benchmarks/results)"
@@ -1403,7 +1319,7 @@ def main() -> None:
     ]  # fmt: skip
     TMP.mkdir(parents=True, exist_ok=True)
     skip = ("kind", "model", "range", "seed", "result", "out_dir")
-    skip += ("rekey_verified", "rekey_rename", "probes_only", "compare_with", "provenance", "adopt")
+    skip += ("probes_only", "compare_with", "provenance", "adopt")
     settings = {k: v for k, v in vars(args).items() if k not in skip}
     args.np_code_hash, args.git_commit = code_hash(modules=NP_MODULES), git_commit()
     args.np_source_digest = np_source_digest()
@@ -1432,10 +1348,6 @@ def main() -> None:
         meta["device"] = device_name(args.device)
     if args.adopt:
         adopt(args, args.adopt)
-        return
-    if args.rekey_verified:
-        renames = dict(pair.split("=", 1) for pair in args.rekey_rename.split(",") if pair)
-        rekey_verified(args, args.rekey_verified, renames)
         return
     ranges = parse_ranges(args.ranges)
     out = RESULTS / "np_convergence.json"

@@ -6,8 +6,6 @@
     .venv/bin/python benchmarks/poker_context.py --models spin --contexts 1000,4000
     .venv/bin/python benchmarks/poker_context.py --knobs           # what leaves the majority class
     .venv/bin/python benchmarks/poker_context.py --report-only     # rebuild the report from the JSONL
-    .venv/bin/python benchmarks/poker_context.py --rekey-verified COMMIT  # after a change that leaves
-                                                                   # the runs as they were (below)
     python benchmarks/poker_context.py --protocol paper --device cuda --models spin --contexts 20008
                                                                    # the paper's batch = context, on a GPU
 
@@ -66,14 +64,6 @@ a time from the protocol's with the paper's label masking 0.5 (learning rate, la
 masking, class-balanced batches, the predictor, steps), each for a fixed ``--knob-steps`` steps
 (default 4,000) on the flat-then-cosine schedule: what it takes to get past the majority class,
 and how fast.
-
-``--rekey-verified COMMIT``: the records are keyed on the table models' code hash, so any change
-to that code makes them stale. For a change meant to leave what these runs compute as it was,
-this carries the records of COMMIT's code over after a check, run once by COMMIT's code and once
-by the current code, each in a fresh process on this machine: the split (every pool and test
-hand and label) must be the same, and a short seeded fit of SPIN and of NPT with the protocol's
-settings (1,000 hands, 30 steps) must give the same test probabilities (to 1e-12); otherwise
-nothing moves and the runs must be redone.
 """
 
 from __future__ import annotations
@@ -392,52 +382,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         status="ok",
     )
     return result
-
-
-PROBE_CONTEXT, PROBE_STEPS, PROBE_TEST = 1000, 30, 500
-
-
-def probe(seed: int) -> dict[str, Any]:
-    """What ``--rekey-verified`` compares across codes: the split (pool and test hands, labels and
-    card codes) and the test probabilities of a short seeded fit of each attention model, with the
-    protocol's settings, at ``PROBE_CONTEXT`` hands for ``PROBE_STEPS`` steps."""
-    import torch
-
-    from semiparam import NPTClassifier, SPINClassifier
-
-    torch.set_num_threads(THREADS)
-    X_pool, y_pool, X_test, y_test = split(seed)
-    found: dict[str, Any] = {
-        "pool labels": y_pool.tolist(),
-        "test labels": y_test.tolist(),
-        "pool cards": X_pool.apply(lambda c: c.cat.codes).to_numpy().ravel().tolist(),
-        "test cards": X_test.apply(lambda c: c.cat.codes).to_numpy().ravel().tolist(),
-    }
-    X, y = X_pool.iloc[:PROBE_CONTEXT], y_pool.iloc[:PROBE_CONTEXT]
-    for model in NEURAL:
-        cls = SPINClassifier if model == "spin" else NPTClassifier
-        settings = neural_settings(model, PROBE_CONTEXT, PROBE_STEPS)
-        clf = cls(**settings, random_state=seed, verbose=False).fit(X, y)
-        found[f"{model} test probabilities"] = clf.predict_proba(X_test.iloc[:PROBE_TEST]).tolist()
-    return found
-
-
-def rekey_verified(out: Path, commit: str, code: str, seed: int) -> None:
-    """Move the records made by ``commit``'s code to ``code`` after the :func:`probe` check, run
-    in a fresh process under each code."""
-    from tabular_defaults import rekey_by_probe
-
-    from semiparam.bench.measure import code_hash
-
-    def run_probe(env: dict[str, str] | None) -> dict[str, Any]:
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--probe", "--seed", str(seed)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
-        found = child_result(proc)
-        if found is None:
-            raise SystemExit(f"the probe failed ({' '.join(cmd[1:])}): {proc.stderr.strip()[-400:]}")
-        return found
-
-    rekey_by_probe(out / "poker_context.jsonl", commit, code, run_probe, code_hash)
 
 
 def child_result(proc: subprocess.CompletedProcess) -> dict[str, Any] | None:
@@ -946,12 +890,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--time-budget", type=float, default=None, help="seconds of training per attention-model run"
     )
-    parser.add_argument(
-        "--rekey-verified",
-        metavar="COMMIT",
-        help="carry the records of COMMIT's code over to the current code after the probe check (see above)",
-    )
-    parser.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)  # worker: the check
     parser.add_argument("--run", help=argparse.SUPPRESS)  # worker: one model at one context
     parser.add_argument("--context", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--settings", default="{}", help=argparse.SUPPRESS)
@@ -959,9 +897,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.run:
         print(json.dumps(run(args)), flush=True)
-        return 0
-    if args.probe:
-        print(json.dumps(probe(args.seed)), flush=True)
         return 0
 
     import devsuite
@@ -973,9 +908,6 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     jsonl = out / "poker_context.jsonl"
     code = code_hash()
-    if args.rekey_verified:
-        rekey_verified(out, args.rekey_verified, code, args.seed)
-        args.report_only = True  # then only rewrite the report
     records = read_records(jsonl)
     if args.import_records:
         print(f"imported {import_records(jsonl, records, Path(args.import_records), code)} record(s)")

@@ -8,9 +8,6 @@ and SPIN beat gradient boosting on small and medium tables".
     .venv/bin/python benchmarks/tabular_defaults.py --models npt --set npt.max_steps=800 --tag steps800
     .venv/bin/python benchmarks/tabular_defaults.py --report-only            # rebuild the report
     .venv/bin/python benchmarks/tabular_defaults.py --report-only --prune    # drop stale lines too
-    .venv/bin/python benchmarks/tabular_defaults.py --rekey-verified COMMIT  # after a change that
-        # should move no number: rerun yacht, titanic and beps, and if every metric is equal move
-        # the NPT/SPIN records made by COMMIT's code to the current key
 
 Every model runs at its defaults with only ``random_state`` set (``--set MODEL.KEY=VALUE`` changes
 one setting; dotted keys reach into ``model_options``/``train_options``; values are JSON or text).
@@ -33,19 +30,15 @@ from the lines of the tag whose key is current; nothing measured is typed into s
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import json
 import math
 import os
 import shlex
-import subprocess
 import sys
-import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -300,335 +293,11 @@ def prune(jsonl: Path, keys: KeyMaker) -> tuple[int, int]:
     return len(keep), len(records) - len(keep)
 
 
-def rekey(jsonl: Path, keys: KeyMaker) -> tuple[int, int]:
-    """Bring old records to the current key scheme; (rekeyed, left). NPT/SPIN records keyed on the
-    byte hash of src/semiparam move to the docstring-blind code hash, but only those whose byte hash
-    is that of the current tree, i.e. made by exactly this code. Baseline records keyed on the src
-    hash move to the key without it when their key holds for the code they record and today's
-    settings (library versions included)."""
-    legacy = ds.src_bytes_hash()
-    records = read_records(jsonl)
-    moved = 0
-    for r in records:
-        code = r.get("code") or {}
-        table, model, split = r["table"], r["model"], int(r["split"])
-        if table not in ds.TABLES or model not in ds.ALL_MODELS:
-            continue
-        settings = keys.settings(
-            table, model, split, r.get("overrides") or {}, int(r.get("tuned_trials", 20))
-        )
-        if model.removesuffix("_tuned") not in ds.NEURAL_MODELS:
-            # a baseline keyed on the src hash too (as every cell was until the src hash left the
-            # baselines' keys): still current if that key holds for its own code and today's settings
-            if r.get("key") == keys.key(table, model, split, settings, code=code, src_keyed=True):
-                r["key"] = keys.key(table, model, split, settings)
-                moved += 1
-            continue
-        if code.get("src_sha256") != legacy or "src_bytes_sha256" in code:
-            continue
-        r["code"] = {**code, "src_sha256": keys.code["src_sha256"], "src_bytes_sha256": legacy}
-        r["key"] = keys.key(table, model, split, settings)
-        moved += 1
-    rewrite_records(jsonl, records)
-    return moved, len(records) - moved
-
-
-def rekey_from_commit(jsonl: Path, keys: KeyMaker, commit: str) -> tuple[int, int]:
-    """Move NPT/SPIN records made by the code of git ``commit`` under the previous hash scheme
-    (every module of the package but the presentation-only ones) to the current key (the table
-    models' modules only), provided the code that can change a number (everything but the
-    presentation-only modules and the hashing function itself) is identical now; else refuse:
-    such records must be rerun. For a change of what the hash covers; (rekeyed, left)."""
-    from semiparam.bench.measure import PRESENTATION_ONLY, code_hash
-
-    fixed = (*PRESENTATION_ONLY, "bench/measure.py")
-    with commit_tree(commit) as (commit, old_root):
-        old_full = code_hash(old_root, modules=None)
-        old_fixed = code_hash(old_root, exclude=fixed, modules=None)
-    if old_fixed != code_hash(ds.REPO / "src" / "semiparam", exclude=fixed, modules=None):
-        raise SystemExit(f"code that can change a result differs from {commit}: rerun, do not rekey")
-    records = read_records(jsonl)
-    moved = move_records(records, keys, old_full, {"rekeyed_from": [commit, old_full]})
-    rewrite_records(jsonl, records)
-    return moved, len(records) - moved
-
-
-@contextmanager
-def commit_tree(commit: str) -> Iterator[tuple[str, Path]]:
-    """(full commit id, the folder of its src/semiparam extracted into a temporary directory)."""
-    commit = subprocess.run(
-        ["git", "rev-parse", "--verify", f"{commit}^{{commit}}"],
-        cwd=ds.REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    with tempfile.TemporaryDirectory() as tmp:
-        archive = subprocess.run(
-            ["git", "archive", commit, "src/semiparam"], cwd=ds.REPO, capture_output=True, check=True
-        )
-        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
-        yield commit, Path(tmp) / "src" / "semiparam"
-
-
-def rekey_by_probe(
-    jsonl: Path,
-    commit: str,
-    code: str,
-    probe: Callable[[dict[str, str] | None], dict[str, Any]],
-    hash_of: Callable[[Path], str],
-    tolerance: float = 1e-12,
-) -> int:
-    """Give the records of ``jsonl`` made by ``commit``'s code (``code.semiparam`` equal to
-    ``hash_of`` its package) the current ``code``, after a check that the change computes what the
-    old code did: ``probe(env)`` (a short seeded run in fresh processes; ``env`` runs them on the
-    old package, None on the current one) must return the same values, numbers within
-    ``tolerance``, under both. Otherwise nothing moves (those records must be rerun). The moved
-    records name where they came from (``rekeyed_from``); returns how many moved."""
-    records = read_records(jsonl)
-    with commit_tree(commit) as (commit, old_root):
-        old = hash_of(old_root)
-        moving = [r for r in records if r.get("code", {}).get("semiparam") == old]
-        if not moving:
-            raise SystemExit(f"no record in {jsonl} was made by the code of {commit} ({old})")
-        from semiparam.datasets import data_dir
-
-        # the old package lives in a temporary folder: point it at this checkout's data
-        env = {**os.environ, "PYTHONPATH": str(old_root.parent), "SEMIPARAM_DATA_DIR": str(data_dir())}
-        before, now = probe(env), probe(None)
-    checks: dict[str, float] = {}
-    for name in sorted(set(before) | set(now)):
-        if name not in before or name not in now:
-            raise SystemExit(f"probe {name!r} ran under one code only: rerun, do not rekey")
-        a, b = before[name], now[name]
-        if all(isinstance(v, (int, float, list)) for v in (a, b)):
-            a, b = np.asarray(a, float), np.asarray(b, float)
-            diff = float(np.abs(a - b).max()) if a.shape == b.shape else math.inf
-        else:
-            diff = float(a != b)
-        print(f"probe {name}: largest difference {diff:.3g}", flush=True)
-        if not diff <= tolerance:  # also refuses a NaN difference
-            raise SystemExit(f"probe {name!r} computes differently than at {commit}: rerun, do not rekey")
-        checks[name] = diff
-    for r in moving:
-        r["code"]["semiparam"] = code
-        r["rekeyed_from"] = {"commit": commit, "code": old, "probe_max_difference": checks}
-    rewrite_records(jsonl, records)
-    print(f"moved {len(moving)} records of {commit[:10]} to {code}")
-    return len(moving)
-
-
-def _made_by(record: Mapping[str, Any], old_full: str | set[str]) -> bool:
-    """An NPT/SPIN record of a development-suite table made by the code whose hash is ``old_full``
-    (or one of them: the same code under two hash schemes)."""
-    code = record.get("code") or {}
-    return (
-        record.get("model", "").removesuffix("_tuned") in ds.NEURAL_MODELS
-        and code.get("src_sha256") in ({old_full} if isinstance(old_full, str) else old_full)
-        and record.get("table") in ds.TABLES
-    )
-
-
-def move_records(
-    records: list[dict],
-    keys: KeyMaker,
-    old_full: str | set[str],
-    provenance: Mapping,
-    models: set[str] | None = None,
-    except_tables: Iterable[str] = (),
-) -> int:
-    """Give the NPT/SPIN records made by code ``old_full`` (of ``models``, default all; not those
-    of ``except_tables``) the current key, recording in their ``code`` where they came from
-    (``provenance``); the number moved."""
-    moved = 0
-    skip = set(except_tables)
-    for r in records:
-        if not _made_by(r, old_full) or (models is not None and r["model"] not in models):
-            continue
-        if r["table"] in skip:
-            continue
-        table, model, split = r["table"], r["model"], int(r["split"])
-        settings = keys.settings(
-            table, model, split, r.get("overrides") or {}, int(r.get("tuned_trials", 20))
-        )
-        r["code"] = {**r["code"], "src_sha256": keys.code["src_sha256"], **provenance}
-        r["key"] = keys.key(table, model, split, settings)
-        moved += 1
-    return moved
-
-
-def metrics_agree(new: Mapping[str, float] | None, old: Mapping[str, float] | None) -> bool:
-    """Every metric of the ``old`` record is in ``new`` (which may add metrics the harness has
-    learnt to compute since, such as ``ece``) and equal to 1e-6 relative or 1e-4 absolute: the
-    run-to-run spread of identical code on the verification tables (2-thread float32 training;
-    AUROC moves by ~3e-5 when near-equal probabilities swap order, log loss by ~1e-8); a change to
-    what is computed moves them far more."""
-    if not new or not old or not set(old) <= set(new):
-        return False
-    return all(math.isclose(new[k], old[k], rel_tol=1e-6, abs_tol=1e-4) for k in old)
-
-
-# the cells rerun to check a code change that should not change any number: a regression with
-# categorical columns, a binary table with missing values, a multiclass table (all reproduce
-# bit for bit on 2 threads; the 2,000-row tables do not, see the README)
-VERIFY_TABLES = ("yacht", "titanic", "beps")
-
-
-def metrics_at_commit(
-    old_src: Path, table: str, model: str, split: int, overrides: Mapping[str, Any], tuned_trials: int
-) -> dict[str, float] | None:
-    """The metrics of one cell run now, on this machine, by the semiparam package at ``old_src``
-    (a commit's ``src/semiparam``), in a subprocess; the harness is this checkout's devsuite."""
-    script = (
-        "import json, sys, torch\n"
-        f"sys.path[:0] = [{str(old_src.parent)!r}, {str(Path(__file__).resolve().parent)!r}]\n"
-        "import devsuite as ds\n"
-        "torch.set_num_threads(ds.N_THREADS)\n"
-        f"out = ds.run_cell({table!r}, {model!r}, {split}, json.loads({json.dumps(dict(overrides))!r}), "
-        f"{tuned_trials})\n"
-        "print('METRICS ' + json.dumps(out['metrics']))\n"
-    )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("METRICS ")]
-    if done.returncode != 0 or not lines:
-        print(done.stderr[-2000:], file=sys.stderr)
-        return None
-    return json.loads(lines[-1][len("METRICS ") :])
-
-
-def rekey_verified(
-    jsonl: Path,
-    keys: KeyMaker,
-    commit: str,
-    tables: Iterable[str] = VERIFY_TABLES,
-    log=print,
-    models: Iterable[str] | None = None,
-    against_commit: bool = False,
-    except_tables: Iterable[str] = (),
-) -> tuple[int, int]:
-    """Move the NPT/SPIN records made by ``commit``'s code to the current key after checking, by
-    rerunning, that the current code reproduces them: every model among those records is refitted
-    now on ``tables`` with its recorded overrides, and every metric must agree with the recorded
-    one (:func:`metrics_agree`). On any difference nothing moves (SystemExit names the cells).
-    The reruns are appended as records of their own; the moved records keep their original code
-    version and name the commit they came from and the cells that verified them. For a change
-    meant to leave every number as it was (a refactor, a new feature off the fitted path); it is
-    evidence on the tables rerun, not a proof for the others, and the records say which they were.
-    ``models``: only these models' records are verified and moved (e.g. after a change of NPT's
-    defaults, SPIN's records alone can still be carried over).
-
-    ``against_commit``: compare the reruns with the same cells run now by ``commit``'s code (in a
-    subprocess, on this machine) instead of with the records. For records made on another machine:
-    float32 training rounds differently on another CPU (its vector units pick other kernels), so
-    a rerun there can differ from the record while old and new code agree with each other here.
-
-    ``except_tables``: tables whose numbers the change is meant to move (a new preprocessing step
-    that only acts on some tables' columns, say); their records stay under the old key (stale,
-    to be rerun) and they cannot be verification tables."""
-    from semiparam.bench.measure import code_hash
-
-    with contextlib.ExitStack() as stack:
-        commit, old_root = stack.enter_context(commit_tree(commit))
-        # the hash the runner keys on, and the one it keyed on before it followed the table
-        # models' imports (every module of the package): records of either are that code's
-        old_full = {code_hash(old_root), code_hash(old_root, modules=None)}
-        return _rekey_verified(
-            jsonl, keys, commit, old_root, old_full, tables, log, models, against_commit, except_tables
-        )
-
-
-def _rekey_verified(
-    jsonl: Path,
-    keys: KeyMaker,
-    commit: str,
-    old_root: Path,
-    old_full: set[str],
-    tables: Iterable[str],
-    log: Any,
-    models: Iterable[str] | None,
-    against_commit: bool,
-    except_tables: Iterable[str] = (),
-) -> tuple[int, int]:
-    except_tables = tuple(except_tables)
-    both = sorted(set(tables) & set(except_tables))
-    if both:
-        raise SystemExit(f"{both} are both verification tables and tables whose records stay stale")
-    records = read_records(jsonl)
-    chosen = set(models) if models is not None else None
-    old = [
-        r
-        for r in records
-        if _made_by(r, old_full) and r.get("status") == "ok" and (chosen is None or r["model"] in chosen)
-    ]
-    if not old:
-        raise SystemExit(f"no NPT/SPIN record in {jsonl} was made by the code of {commit}")
-    checks: list[dict] = []
-    mismatches: list[str] = []
-    for model in sorted({r["model"] for r in old}):
-        for table in tables:
-            mine = [r for r in old if r["model"] == model and r["table"] == table]
-            if not mine:
-                raise SystemExit(f"no {model} record on {table} from {commit} to verify against")
-            ref = mine[-1]
-            rerun = run_cell_record(
-                keys,
-                table,
-                model,
-                int(ref["split"]),
-                ref.get("overrides") or {},
-                int(ref.get("tuned_trials", 20)),
-                ref.get("tag", "default"),
-                log=log,
-            )
-            checks.append(rerun)
-            cell = f"{table}/{model}/split {ref['split']}"
-            reference, source = ref.get("metrics"), "recorded"
-            if against_commit:
-                source = f"{commit[:7]} here"
-                reference = metrics_at_commit(
-                    old_root,
-                    table,
-                    model,
-                    int(ref["split"]),
-                    ref.get("overrides") or {},
-                    int(ref.get("tuned_trials", 20)),
-                )
-                log(f"       {commit[:7]} on this machine: {reference}")
-            if rerun.get("status") != "ok" or not metrics_agree(rerun.get("metrics"), reference):
-                mismatches.append(f"{cell}: {source} {reference}, now {rerun.get('metrics')}")
-    if mismatches:
-        raise SystemExit(
-            "the current code does not reproduce these cells; rerun, do not rekey:\n" + "\n".join(mismatches)
-        )
-    verified = [f"{r['table']}/{r['model']}/{r['split']}" for r in checks]
-    moved = move_records(
-        records,
-        keys,
-        old_full,
-        {
-            "rekeyed_from": [commit, sorted(old_full)],
-            "verified_by_rerun": verified,
-            **({"verified_against": f"{commit} rerun on the verifying machine"} if against_commit else {}),
-        },
-        models=chosen,
-        except_tables=except_tables,
-    )
-    rewrite_records(jsonl, records)
-    for r in checks:
-        if against_commit:  # made on another machine than the records it verified: kept as
-            r["verification_rerun"] = True  # evidence, not reported in their place
-        append_record(jsonl, r)
-    return moved, len(records) - moved
-
-
-# -- report -------------------------------------------------------------------------------------------
-
-
 def latest_per_cell(records: Iterable[Mapping[str, Any]]) -> dict[tuple, Mapping[str, Any]]:
     """The last record of each (table, model, split): a later line wins, except that a
-    ``verification_rerun`` (the rerun of ``--rekey-verified --against-commit``, made on another
-    machine than the record it verified) only fills a cell that has no other record: a table's
-    scores and times then come from one machine."""
+    ``verification_rerun`` (a rerun an earlier version of this script appended as evidence, made
+    on another machine than the record it checked; the results files still hold some) only fills
+    a cell that has no other record: a table's scores and times then come from one machine."""
     out: dict[tuple, Mapping[str, Any]] = {}
     for r in records:
         cell = (r["table"], r["model"], int(r["split"]))
@@ -1070,62 +739,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--prune", action="store_true", help="delete stale lines from the JSONL")
     parser.add_argument("--key-git", action="store_true", help="put git HEAD + dirty flag in the keys")
-    parser.add_argument(
-        "--rekey", action="store_true", help="move records made by this exact tree to the code hash"
-    )
-    parser.add_argument(
-        "--rekey-from",
-        metavar="COMMIT",
-        help="move NPT/SPIN records made by COMMIT's code, keyed on every module of the package, to the "
-        "key on the table models' modules, when only presentation modules or the hash function changed since",
-    )
-    parser.add_argument(
-        "--rekey-verified",
-        metavar="COMMIT",
-        help="move NPT/SPIN records (of --models, default all) made by COMMIT's code to the current "
-        f"key after rerunning them on --tables (default {','.join(VERIFY_TABLES)}) and finding "
-        "every metric equal",
-    )
-    parser.add_argument(
-        "--against-commit",
-        action="store_true",
-        help="with --rekey-verified: compare the reruns with COMMIT's code rerun now on this machine, "
-        "not with the records (for records made on another machine)",
-    )
-    parser.add_argument(
-        "--rekey-except",
-        metavar="TABLES",
-        help="with --rekey-verified: leave the records of these tables (whose numbers the change "
-        "moves) under the old key, to be rerun",
-    )
     args = parser.parse_args(argv)
     sets = parse_sets(args.set)
     jsonl = args.out / JSONL_NAME
-    if args.rekey_verified:
-        import torch
-
-        torch.set_num_threads(ds.N_THREADS)
-        tables = split_list(args.tables, ds.TABLES, "tables") if args.tables else VERIFY_TABLES
-        models = split_list(args.models, ds.ALL_MODELS, "models") if args.models else None
-        moved, left = rekey_verified(
-            jsonl,
-            KeyMaker(include_git=args.key_git),
-            args.rekey_verified,
-            tables,
-            models=models,
-            against_commit=args.against_commit,
-            except_tables=split_list(args.rekey_except, ds.TABLES, "tables") if args.rekey_except else (),
-        )
-        print(f"rekeyed {jsonl} from {args.rekey_verified} after verifying {list(tables)}: {moved} records")
-        return 0
-    if args.rekey_from:
-        moved, left = rekey_from_commit(jsonl, KeyMaker(include_git=args.key_git), args.rekey_from)
-        print(f"rekeyed {jsonl} from {args.rekey_from}: {moved} records, {left} left as they were")
-        return 0
-    if args.rekey:
-        moved, left = rekey(jsonl, KeyMaker(include_git=args.key_git)) if jsonl.exists() else (0, 0)
-        print(f"rekeyed {jsonl}: {moved} records, {left} left as they were")
-        return 0
     if not args.report_only:
         run_grid(args, sets, jsonl)
     if args.prune and jsonl.exists():

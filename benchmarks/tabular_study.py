@@ -22,9 +22,9 @@ every search key except the ones given (one change at a time measures what each 
 queued trials run before any sampled one, and TPE learns from them as from its own. The study
 lives in SQLite at ``<out>/tabular_study_<model>.db`` and resumes;
 ``<out>/tabular_study_<model>.md`` is written from it at the end and by ``--report-only``.
-Trials record the hash of src/semiparam; the report shows those of the current code (older ones are
-counted, not ranked) unless ``--rekey-from OLD`` verified that the current code reproduces the
-stored defaults exactly on every table. Torch runs on 2 threads.
+Trials record the hash of src/semiparam; the report ranks those of the current code (older ones are
+counted, not ranked; a study that once moved older trials to a newer hash keeps that mapping in
+its ``rekeyed`` attribute). Torch runs on 2 threads.
 """
 
 from __future__ import annotations
@@ -266,37 +266,9 @@ def _fmt(x: Any, digits: int = 3) -> str:
 
 
 def trial_code(study: Any, trial: Any) -> str | None:
-    """The src hash a trial counts for: its own, or the one a verified ``--rekey-from`` moved it to."""
+    """The src hash a trial counts for: its own, or the one the study's ``rekeyed`` mapping moved it to."""
     own = trial.user_attrs.get("src_sha256")
     return study.user_attrs.get("rekeyed", {}).get(own, {}).get("to", own)
-
-
-def rekey(study: Any, old_defaults: dict[str, Any], old_code: str, tables: list[str]) -> None:
-    """Count the trials made with ``old_code`` as made with the current code, after checking that
-    the current code reproduces the old defaults' inner score on every table exactly (the
-    references were just recomputed with the current code). The study keeps the mapping and the
-    evidence in its ``rekeyed`` user attribute; a mismatch refuses."""
-    code = ds.code_version()["src_sha256"]
-    defaults = study.user_attrs.get("defaults", {})
-    if old_defaults.get("src_sha256") != old_code:
-        raise SystemExit(
-            f"--rekey-from {old_code}: the study's stored defaults were made with "
-            f"{old_defaults.get('src_sha256')!r}, so there is nothing to verify against"
-        )
-    differ = {
-        t: (old_defaults.get(t, {}).get("score"), defaults.get(t, {}).get("score"))
-        for t in tables
-        if old_defaults.get(t, {}).get("score") != defaults.get(t, {}).get("score")
-    }
-    if differ:
-        raise SystemExit(
-            f"--rekey-from {old_code}: the current code gives other scores {differ}; not rekeyed"
-        )
-    rekeyed = dict(study.user_attrs.get("rekeyed", {}))
-    rekeyed[old_code] = {"to": code, "verified_tables": tables, "machine": ds.machine()}
-    study.set_user_attr("rekeyed", rekeyed)
-    n = sum(t.user_attrs.get("src_sha256") == old_code for t in study.trials)
-    print(f"rekeyed {n} trials from {old_code} to {code} (defaults reproduced on {len(tables)} tables)")
 
 
 def write_report(
@@ -516,12 +488,6 @@ def main(argv: list[str] | None = None) -> int:
         "repeat a study on other seeds; a study and report of its own",
     )
     parser.add_argument(
-        "--rekey-from",
-        metavar="SRC_HASH",
-        help="count the trials made with this older src hash as current, once the current code "
-        "reproduces the stored defaults' inner scores exactly on every table (checked here)",
-    )
-    parser.add_argument(
         "--enqueue",
         action="append",
         default=[],
@@ -577,11 +543,8 @@ def main(argv: list[str] | None = None) -> int:
         study.set_user_attr("space", {k: list(v) for k, v in space.items()})
         study.set_user_attr("machine", ds.machine())
         start = time.perf_counter()
-        old_defaults = dict(study.user_attrs.get("defaults", {}))
         hgb = reference_scores(study, tables, args.model, fixed, args.seeds, args.seed_offset)
         print(f"references done in {time.perf_counter() - start:.0f}s")
-        if args.rekey_from:
-            rekey(study, old_defaults, args.rekey_from, tables)
         queued = enqueue(study, args.model, space, fixed, args.enqueue)
         study.optimize(
             make_objective(args.model, tables, hgb, space, fixed, args.seeds, args.seed_offset),

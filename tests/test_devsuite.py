@@ -131,13 +131,6 @@ def test_report_from_synthetic_jsonl(tmp_path):
     json.dumps(agg, default=str)  # the aggregate is JSON
 
 
-def test_metrics_agree_allows_a_metric_added_since():
-    old = {"log_loss": 0.4, "accuracy": 0.8}
-    assert td.metrics_agree({"log_loss": 0.4, "accuracy": 0.8, "ece": 0.05}, old)
-    assert not td.metrics_agree({"log_loss": 0.4}, old)  # a recorded metric is missing
-    assert not td.metrics_agree({"log_loss": 0.41, "accuracy": 0.8, "ece": 0.05}, old)
-
-
 def test_latest_record_of_a_cell_wins():
     older = _record("boston", "npt", 5.0)
     newer = _record("boston", "npt", 3.0)
@@ -146,9 +139,9 @@ def test_latest_record_of_a_cell_wins():
 
 
 def test_a_verification_rerun_from_another_machine_does_not_replace_the_record():
-    """``--rekey-verified --against-commit`` appends its reruns (made on the verifying machine) as
-    evidence; the report keeps the record they verified, so a table's numbers share one machine,
-    and uses a rerun only for a cell that has nothing else."""
+    """Reruns appended as evidence (``verification_rerun``, made on another machine; the results
+    files still hold some) never replace the record they checked, so a table's numbers share one
+    machine; a rerun fills only a cell that has nothing else."""
     record = _record("boston", "npt", 5.0)
     rerun = {**_record("boston", "npt", 4.0), "verification_rerun": True}
     alone = {**_record("yacht", "npt", 2.0), "verification_rerun": True}
@@ -207,70 +200,3 @@ def test_study_report_of_several_seeds_has_its_own_file_and_the_seed_spread(tmp_
     assert again.name == "tabular_study_npt_seeds3_offset3.md" and "seed + 3 + i" in again.read_text()
     single = st.write_report(study, "npt", tmp_path)
     assert single.name == "tabular_study_npt.md" and "ratio sd" not in single.read_text()
-
-
-def test_move_records_leaves_the_excepted_tables_stale():
-    # a change that moves some tables' numbers (grouping rare categories) carries the other
-    # tables' records to the new key and leaves those tables' under the old one, to be rerun
-    class Keys:
-        code = {"src_sha256": "new"}
-
-        def settings(self, table, model, split, overrides, trials):
-            return {"table": table}
-
-        def key(self, table, model, split, settings):
-            return f"{table}/{model}/new"
-
-    records = [
-        {"table": t, "model": m, "split": 0, "code": {"src_sha256": "old"}, "key": "k"}
-        for t in ("yacht", "kick")
-        for m in ("npt", "hgb")
-    ]
-    moved = td.move_records(records, Keys(), "old", {"rekeyed_from": "c"}, except_tables=("kick",))
-    assert moved == 1
-    assert [(r["table"], r["model"], r["key"]) for r in records if r["key"] != "k"] == [
-        ("yacht", "npt", "yacht/npt/new")
-    ]
-    assert all(r["code"]["src_sha256"] == "old" for r in records if r["table"] == "kick")
-
-
-def test_rekey_by_probe_moves_the_old_codes_records_only_when_the_probes_agree(tmp_path, monkeypatch):
-    """A result file's records made by an older code get the current key only when a probe run
-    under both codes gives the same values; a difference, or a probe one code lacks, moves
-    nothing."""
-    import contextlib
-
-    @contextlib.contextmanager
-    def fake_tree(commit):
-        yield commit + "0" * 30, tmp_path / "semiparam"
-
-    monkeypatch.setattr(td, "commit_tree", fake_tree)
-    jsonl = tmp_path / "runs.jsonl"
-    lines = [{"model": "spin", "code": {"semiparam": c}} for c in ("old", "other", "old")]
-    jsonl.write_text("".join(json.dumps(r) + "\n" for r in lines))
-
-    def probe_with(old_value, new_value):
-        return lambda env: {"fit": old_value if env is not None else new_value, "split": "same"}
-
-    for old_value, new_value in (([0.5, 0.25], [0.5, 0.26]), ([0.5], [float("nan")]), ([0.5], [0.5, 0.5])):
-        with pytest.raises(SystemExit, match="computes differently"):
-            td.rekey_by_probe(jsonl, "abc", "new", probe_with(old_value, new_value), lambda root: "old")
-    with pytest.raises(SystemExit, match="one code only"):
-        td.rekey_by_probe(jsonl, "abc", "new", lambda env: {"extra": 1} if env else {}, lambda root: "old")
-    assert [json.loads(s)["code"]["semiparam"] for s in jsonl.read_text().splitlines()] == [
-        "old",
-        "other",
-        "old",
-    ]
-
-    moved = td.rekey_by_probe(jsonl, "abc", "new", probe_with([0.5, 0.25], [0.5, 0.25]), lambda root: "old")
-    assert moved == 2
-    after = [json.loads(s) for s in jsonl.read_text().splitlines()]
-    assert [r["code"]["semiparam"] for r in after] == ["new", "other", "new"]
-    assert after[0]["rekeyed_from"] == {
-        "commit": "abc" + "0" * 30,
-        "code": "old",
-        "probe_max_difference": {"fit": 0.0, "split": 0.0},
-    }
-    with pytest.raises(SystemExit, match="no record"):
-        td.rekey_by_probe(jsonl, "abc", "new", probe_with([1.0], [1.0]), lambda root: "old")
