@@ -137,3 +137,35 @@ def test_set_training_switches_only_a_model_in_the_other_mode() -> None:
     assert calls == [False] and not model[1].training
     set_training(model)
     assert calls == [False, True] and model[1].training
+
+
+def test_validation_context_rows_samples_what_the_stopping_rule_reads(monkeypatch) -> None:
+    """``validation_context_rows``: the validation loss of training reads a stratified sample of
+    that many training rows; the default reads them all; 0 is refused by name."""
+    from semiparam import ConfigError, TrainConfig
+
+    seen: list[int] = []
+    target_loss = TableLearner._target_loss
+
+    def recording(self, context, queries):
+        seen.append(len(context.values))
+        return target_loss(self, context, queries)
+
+    monkeypatch.setattr(TableLearner, "_target_loss", recording)
+    X, y = _table(n=200)
+    options = {"min_steps": 0, "eval_every": 5, "validation_context_rows": 60}
+    NPTClassifier(n_estimators=1, device="cpu", max_steps=10, model_options=SMALL, train_options=options).fit(
+        X, y > 0
+    )
+    assert seen and set(seen) == {60}
+    seen.clear()
+    NPTClassifier(
+        n_estimators=1,
+        device="cpu",
+        max_steps=10,
+        model_options=SMALL,
+        train_options={"min_steps": 0, "eval_every": 5},
+    ).fit(X, y > 0)
+    assert seen and set(seen) == {180}  # every training row: 200 less the 10% held out
+    with pytest.raises(ConfigError, match="validation_context_rows"):
+        TrainConfig(validation_context_rows=0)

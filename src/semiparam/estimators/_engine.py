@@ -314,7 +314,10 @@ class TableLearner:
             setup.callbacks.append(BestCheckpoint(cfg.patience, cfg.smoothing))
             val, ctx = self.eval_rows, EncodedTable(enc.values, enc.missing)
             setup.validation = (ctx, val)
-            setup.evaluate = lambda: self._target_loss(ctx, val)
+            # the loss that picks the checkpoint may read a sample of the context (the final
+            # calibration and scores read setup.validation, every training row)
+            eval_ctx = ctx if lookup else self._validation_context(ctx)
+            setup.evaluate = lambda: self._target_loss(eval_ctx, val)
         elif len(val_idx):
             setup.callbacks.append(BestCheckpoint(cfg.patience, cfg.smoothing))
             val_weights = None if enc.weights is None else enc.weights[val_idx]
@@ -327,7 +330,10 @@ class TableLearner:
                     val = EncodedTable(*shuffled, val.weights)
                 ctx = val
             setup.validation = (ctx, val)
-            setup.evaluate = lambda: self._target_loss(ctx, val)
+            # the loss that picks the checkpoint may read a sample of the context (the final
+            # calibration and scores read setup.validation, every training row)
+            eval_ctx = ctx if lookup else self._validation_context(ctx)
+            setup.evaluate = lambda: self._target_loss(eval_ctx, val)
         return setup
 
     def finish_fit(self, setup: TrainingSetup, enc: EncodedTable) -> None:
@@ -396,14 +402,24 @@ class TableLearner:
         if not self.keeps_training_rows:
             self.context = PredictionContext.encoded(context, self.encode)
             return
-        limit = self.train_config.max_context_rows
-        keep = np.arange(len(context.values))
-        if len(context.values) > limit:
-            rng = np.random.default_rng(self.seed + 1)
-            order = stratified_order(len(context.values), self._strata(context), rng)
-            keep = np.sort(order[np.linspace(0, len(order) - 1, limit).astype(np.int64)])
-            context = EncodedTable(context.values[keep], context.missing[keep])
+        context, keep = self._sample_rows(context, self.train_config.max_context_rows, self.seed + 1)
         self.context = PredictionContext(context, keep)  # keep: their positions among the rows given
+
+    def _validation_context(self, ctx: EncodedTable) -> EncodedTable:
+        """The rows the validation loss reads during training (``validation_context_rows``)."""
+        return self._sample_rows(ctx, self.train_config.validation_context_rows, self.seed + 2)[0]
+
+    def _sample_rows(
+        self, rows: EncodedTable, limit: int | None, seed: int
+    ) -> tuple[EncodedTable, np.ndarray]:
+        """``rows``, or a stratified sample of ``limit`` of them drawn with ``seed``, and their
+        positions among ``rows``."""
+        keep = np.arange(len(rows.values))
+        if limit is None or len(rows.values) <= limit:
+            return rows, keep
+        order = stratified_order(len(rows.values), self._strata(rows), np.random.default_rng(seed))
+        keep = np.sort(order[np.linspace(0, len(order) - 1, limit).astype(np.int64)])
+        return EncodedTable(rows.values[keep], rows.missing[keep]), keep
 
     def refresh_context(self, frame: pd.DataFrame) -> None:
         """Replace the context with the rows of ``frame`` (all schema columns), without retraining."""

@@ -64,6 +64,10 @@ class TrainConfig(FrozenConfig):
     # stratified, seeded sample of them is the context (memory and time on a laptop). SPIN encodes
     # all rows into its inducing points and is not capped (its cost is linear).
     max_context_rows: int = 8192  # training rows a prediction attends to (sampled if more)
+    # the training rows the validation loss predicts the held-out rows from, during training
+    # (a stratified, seeded sample of the member's training rows when it has more; None: all of
+    # them). The final calibration and validation scores always read every training row.
+    validation_context_rows: int | None = None
     predict_batch_size: int = 512  # query rows per forward pass at prediction
     # float64 makes a prediction independent of its batch to ~1e-12 (float32: ~1e-7), at about
     # twice the cost of float32 prediction on a CPU and many times it on most GPUs. "auto":
@@ -142,6 +146,10 @@ class TrainConfig(FrozenConfig):
         for name in ("batch_size", "eval_every", "max_context_rows", "predict_batch_size", "lookahead_k"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.validation_context_rows is not None and self.validation_context_rows < 1:
+            raise ConfigError(
+                f"validation_context_rows must be >= 1 or None, got {self.validation_context_rows}"
+            )
         if self.time_budget is not None and not self.time_budget > 0:
             raise ConfigError(f"time_budget must be > 0 seconds or None, got {self.time_budget}")
         if self.anneal_fraction < 0 or self.min_anneal_steps < 0 or self.min_steps < 0:
