@@ -314,10 +314,6 @@ class TableLearner:
             setup.callbacks.append(BestCheckpoint(cfg.patience, cfg.smoothing))
             val, ctx = self.eval_rows, EncodedTable(enc.values, enc.missing)
             setup.validation = (ctx, val)
-            # the loss that picks the checkpoint may read a sample of the context (the final
-            # calibration and scores read setup.validation, every training row)
-            eval_ctx = ctx if lookup else self._validation_context(ctx)
-            setup.evaluate = lambda: self._target_loss(eval_ctx, val)
         elif len(val_idx):
             setup.callbacks.append(BestCheckpoint(cfg.patience, cfg.smoothing))
             val_weights = None if enc.weights is None else enc.weights[val_idx]
@@ -330,8 +326,11 @@ class TableLearner:
                     val = EncodedTable(*shuffled, val.weights)
                 ctx = val
             setup.validation = (ctx, val)
+        if setup.validation is not None:
+            ctx, val = setup.validation
             # the loss that picks the checkpoint may read a sample of the context (the final
-            # calibration and scores read setup.validation, every training row)
+            # calibration and scores read setup.validation, every training row); a lookup
+            # task's context is its validation rows' duplicates, all of them
             eval_ctx = ctx if lookup else self._validation_context(ctx)
             setup.evaluate = lambda: self._target_loss(eval_ctx, val)
         return setup
