@@ -308,6 +308,11 @@ def quality_held(model: str, title: str, before_spec: str, after_spec: str) -> d
                 refs[(r["table"], r["model"], r["split"])] = r["score"]
     b = {(r["table"], r["split"]): r["score"] for r in before}
     a = {(r["table"], r["split"]): r["score"] for r in after}
+    # training steps of all members: a count, which unlike the studies' seconds the load leaves alone
+    steps = {
+        side: {(r["table"], r["split"]): sum(member_steps(r)) for r in records}
+        for side, records in (("before", before), ("after", after))
+    }
     cells = sorted(k for k in set(b) & set(a) if all((k[0], m, k[1]) in refs for m in REFERENCES))
     if not cells:
         raise SystemExit(f"--quality {title!r}: no {model} cell has before, after and reference scores")
@@ -350,6 +355,12 @@ def quality_held(model: str, title: str, before_spec: str, after_spec: str) -> d
             k: float(np.exp(np.mean([math.log(c[k] / c["catboost"]) for c in per_cell])))
             for k in ("before", "after")
         },
+        # only where every cell's records name their members' steps
+        "member_steps": (
+            {side: int(sum(steps[side][k] for k in cells)) for side in ("before", "after")}
+            if all(steps[side][k] > 0 for side in ("before", "after") for k in cells)
+            else {}
+        ),
         "change": {
             "geomean": float(np.expm1(np.mean(changes))),
             "sd_per_cell": float(np.std(changes, ddof=1)),
@@ -376,6 +387,15 @@ def quality_lines(q: dict[str, Any]) -> list[str]:
         f"Paired change after/before: {q['change']['geomean']:+.2%} (geo-mean over cells; the "
         f"cells' log changes spread {q['change']['sd_per_cell']:.3f}, standard error of the mean "
         f"{q['change']['se']:.3f}).",
+        *(
+            [
+                f"Training steps of all members over these cells: before {q['member_steps']['before']:,}, "
+                f"after {q['member_steps']['after']:,} "
+                f"({q['member_steps']['after'] / q['member_steps']['before']:.3f}x).",
+            ]
+            if q.get("member_steps", {}).get("before")
+            else []
+        ),
         "",
         "| table | splits | before | after | catboost | hgb | change (geo-mean) | log-change sd |",
         "|---|---|---|---|---|---|---|---|",
