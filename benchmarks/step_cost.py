@@ -106,13 +106,14 @@ def count_cpu_attention() -> None:
 
 
 def worker(
-    model_name: str, backend: str, n: int, steps: int, threads: int, widths: str, seed: int
+    model_name: str, backend: str, n: int, steps: int, threads: int, widths: str, seed: int, device: str
 ) -> dict[str, Any]:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     from semiparam import TrainConfig
     from semiparam.bench import Batch, Trainer, get_model
+    from semiparam.training.device import autocast_dtype, resolve_device
 
     (values_np, missing_np, schema), n_synthetic = scaling._table(n, seed)
     result: dict[str, Any] = {
@@ -127,31 +128,53 @@ def worker(
     options = model_options(model_name, backend, widths)
     config = config_cls.from_dict(options, base=config_cls.preset("cpu"))
     layout = schema.layout()
-    module = module_cls(config, layout)
+    where = resolve_device(device)
+    module = module_cls(config, layout).to(where)
     result["model_options"] = options
     result["n_params"] = sum(p.numel() for p in module.parameters())
     train_config = TrainConfig.preset("cpu", model=model_name).replace(max_steps=steps + 2, batch_size=n)
-    target = torch.zeros(layout.n_columns, dtype=torch.bool)
+    # the step's matrix products run in the autocast dtype (bf16 on CUDA by default): the rate it
+    # is set against is that dtype's
+    precision = autocast_dtype(where, train_config.mixed_precision)
+    rate_dtype = str(precision or torch.float32).removeprefix("torch.")
+    result.update(device=str(where), autocast=rate_dtype if precision else None)
+    if where.type == "cuda":
+        result["card"] = torch.cuda.get_device_name(where)
+    target = torch.zeros(layout.n_columns, dtype=torch.bool, device=where)
     target[schema.target_indices] = True
-    trainer = Trainer(module, layout, target, train_config, generator=torch.Generator().manual_seed(seed))
-    batch = Batch(torch.as_tensor(values_np), torch.as_tensor(missing_np), torch.ones(n, dtype=torch.bool))
+    generator = torch.Generator(where).manual_seed(seed)
+    trainer = Trainer(module, layout, target, train_config, generator=generator, dropout_generator=generator)
+    batch = Batch(
+        torch.as_tensor(values_np, device=where),
+        torch.as_tensor(missing_np, device=where),
+        torch.ones(n, dtype=torch.bool, device=where),
+    )
+
+    def sync() -> None:
+        if where.type == "cuda":
+            torch.cuda.synchronize(where)
+
     wall: list[float] = []
     cpu: list[float] = []
     rates: list[float] = []  # the matmul rate probed before each timed step and after the last
     for step in range(steps + 1):
         if step > 0:
-            rates.append(matmul_rate(threads, RATE_PROBE_SECONDS))
+            rates.append(matmul_rate(threads, RATE_PROBE_SECONDS, str(where), rate_dtype))
+        sync()
         t0, c0 = time.perf_counter(), time.process_time()
         trainer.train_step(batch, step)
+        sync()
         seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
         if step > 0:  # step 0 warms up the allocator and kernels
             wall.append(seconds)
             cpu.append(cpu_seconds)
         partial = {"partial": True, "step": step, "seconds": seconds, "cpu_seconds": cpu_seconds}
         print(json.dumps({**partial, "peak_rss_gib": scaling._rss_gib()}), flush=True)
-    rates.append(matmul_rate(threads, RATE_PROBE_SECONDS))
+    rates.append(matmul_rate(threads, RATE_PROBE_SECONDS, str(where), rate_dtype))
     result["peak_rss_gib"] = scaling._rss_gib()
     result["step_rss_gib"] = result["peak_rss_gib"] - result["baseline_rss_gib"]
+    if where.type == "cuda":  # the step's memory is the card's: what PyTorch allocated at most
+        result["step_rss_gib"] = torch.cuda.max_memory_allocated(where) / 2**30
     count_cpu_attention()
     counter = FlopCounterMode(display=False)
     with counter:
@@ -237,6 +260,11 @@ def _from_runs(rows: list[dict[str, Any]], field: Callable[[dict[str, Any]], str
     return list(dict.fromkeys(field(r["meta"]) for r in rows if "meta" in r))
 
 
+def _rate_dtype(rows: list[dict[str, Any]]) -> str:
+    """The dtype(s) of the matmul rate the rows are set against: fp32, or the GPU step's autocast."""
+    return "/".join(sorted({r.get("autocast") or "fp32" for r in rows if r.get("status") == "ok"})) or "fp32"
+
+
 def _row(rows: list[dict[str, Any]], model: str, backend: str, n: int) -> dict[str, Any] | None:
     """The row of (model, backend, n), or None."""
     return next((r for r in rows if (r["model"], r["backend"], r["n"]) == (model, backend, n)), None)
@@ -262,12 +290,14 @@ def write_report(rows: list[dict[str, Any]], meta: dict[str, Any], out: Path) ->
         + "; ".join(f"`{c}`" for c in _from_runs(rows, lambda m: m["command"]))
         + ".",
         "",
-        "The fp32 matmul rate measured in the same processes: "
-        + (f"{min(rate):.1f}-{max(rate):.1f} GFLOP/s." if rate else "–"),
+        f"The {_rate_dtype(rows)} matmul rate measured in the same processes: "
+        + (f"{min(rate):.1f}-{max(rate):.1f} GFLOP/s." if rate else "–")
+        + "".join(f" Card: {c}." for c in sorted({r["card"] for r in rows if r.get("card")})),
         "",
-        "Each cell: wall seconds per step, step memory (peak RSS minus the baseline before the model "
-        "was built), achieved share of the matmul rate (FLOPs counted by PyTorch's FlopCounterMode "
-        f"/ seconds / rate). Memory cap per worker {meta['mem_cap_gib']} GiB.",
+        "Each cell: wall seconds per step, step memory (on a CPU: peak RSS minus the baseline before "
+        "the model was built; on a GPU: the most PyTorch allocated on the card), achieved share of the "
+        "matmul rate (FLOPs counted by PyTorch's FlopCounterMode / seconds / rate). "
+        + ("" if meta.get("device", "cpu") != "cpu" else f"Memory cap per worker {meta['mem_cap_gib']} GiB."),
         "",
         "| n | " + " | ".join(f"{m} {b}" for m, b in combos) + " |",
         "|---|" + "---|" * len(combos),
@@ -410,6 +440,7 @@ def worker_command(args: argparse.Namespace, model: str, backend: str, n: int) -
         "--widths": args.widths,
         "--mem-cap-gib": args.mem_cap_gib,
         "--seed": args.seed,
+        "--device": args.device,
     }
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", model, backend, str(n)]
     for flag, value in options.items():
@@ -452,6 +483,9 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per worker")
     parser.add_argument("--mem-cap-gib", type=float, default=16.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--device", default="cpu", help="where the step runs ('cuda': under the default bf16 autocast)"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument("--worker", nargs=3, metavar=("MODEL", "BACKEND", "N"), help=argparse.SUPPRESS)
@@ -462,10 +496,11 @@ def main() -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-        cap = int(args.mem_cap_gib * 2**30)
-        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+        if args.device == "cpu":  # CUDA reserves far more address space than it uses: no cap there
+            cap = int(args.mem_cap_gib * 2**30)
+            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
         model, backend, n = args.worker
-        result = worker(model, backend, int(n), args.steps, args.threads, args.widths, args.seed)
+        result = worker(model, backend, int(n), args.steps, args.threads, args.widths, args.seed, args.device)
         print(json.dumps(result), flush=True)
         return 0
 
@@ -477,6 +512,7 @@ def main() -> int:
         "widths": args.widths,
         "threads": args.threads,
         "steps": args.steps,
+        "device": args.device,
         "mem_cap_gib": args.mem_cap_gib,
         "machine": scaling.machine(),
         "flop_count": "with CPU fused attention",  # rows counted before it are not reused
@@ -487,6 +523,7 @@ def main() -> int:
         r
         for r in read_rows(jsonl)
         if all(r.get("meta", {}).get(k) == meta[k] for k in same)
+        and r["meta"].get("device", "cpu") == args.device
         # a row made before its widths changed (the name kept, the options not)
         and r.get("model_options", model_options(r["model"], r["backend"], args.widths))
         == model_options(r["model"], r["backend"], args.widths)
