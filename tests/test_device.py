@@ -134,3 +134,26 @@ def test_compiled_training_step_learns_the_same_model() -> None:
     compiled = NPTRegressor(**kwargs, train_options={"compile": True}).fit(X, y)
     np.testing.assert_allclose(compiled.history_.train_loss, eager.history_.train_loss, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(compiled.predict(X), eager.predict(X), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("numel", [1, 7, 4000, 4003])
+def test_keep_mask_by_shifts_is_the_int16_view_mask(numel: int) -> None:
+    """The arithmetic path (vmap before PyTorch 2.13, where ``view(torch.int16)`` has no batching
+    rule) draws the same mask as the int16 view, lane for lane, at any keep rate."""
+    from semiparam.nn.dropout import _keep_mask_by_shifts
+
+    for p in (0.0001, 0.1, 0.5, 0.9):
+        words = torch.randint(-(1 << 63), (1 << 63) - 1, ((numel + 3) // 4,), dtype=torch.int64)
+        threshold = round(p * 65536) - 32768
+        expected = words.view(torch.int16)[:numel] >= threshold
+        assert torch.equal(_keep_mask_by_shifts(words, numel, p), expected)
+    g = torch.Generator().manual_seed(3)
+    mask = keep_mask((numel,), 0.3, g, torch.device("cpu"))
+    words = torch.randint(
+        -(1 << 63),
+        (1 << 63) - 1,
+        ((numel + 3) // 4,),
+        dtype=torch.int64,
+        generator=torch.Generator().manual_seed(3),
+    )
+    assert torch.equal(_keep_mask_by_shifts(words, numel, 0.3), mask)

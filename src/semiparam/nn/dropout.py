@@ -54,9 +54,20 @@ def keep_mask(
     words = torch.randint(
         -(1 << 63), (1 << 63) - 1, size, dtype=torch.int64, generator=generator, device=device
     )
-    lanes = words.view(torch.int16)[:numel]  # each uniform on [-32768, 32767]
+    try:
+        lanes = words.view(torch.int16)[:numel]  # each uniform on [-32768, 32767]
+    except RuntimeError:  # under vmap before PyTorch 2.13, which has no batching rule for it
+        return _keep_mask_by_shifts(words, numel, p).view(shape)
     threshold = round(p * _LEVELS) - (_LEVELS // 2)
     return (lanes >= threshold).view(shape)
+
+
+def _keep_mask_by_shifts(words: Tensor, numel: int, p: float) -> Tensor:
+    """:func:`keep_mask`'s mask from its words by arithmetic, lane by lane in the order
+    ``view(torch.int16)`` reads them on a little-endian machine (the same mask): each lane's
+    unsigned value with its top bit flipped is its int16 value plus 32,768."""
+    lanes = torch.stack([(words >> shift) & 0xFFFF for shift in (0, 16, 32, 48)], dim=-1)
+    return (lanes.reshape(-1)[:numel] ^ 0x8000) >= round(p * _LEVELS)
 
 
 class Dropout(nn.Dropout):
