@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from semiparam import NPTClassifier, NPTRegressor, SPINRegressor
+from semiparam.training import members as members_module
 from semiparam.training.optim import LambLookahead
 
 SMALL = {"d_embedding": 8, "n_heads": 2, "n_blocks": 2, "dropout": 0.0, "n_frequencies": 4}
@@ -24,11 +25,18 @@ def _fit(cls, together: str, X, y, **kwargs):
     return model.fit(X, y)
 
 
+@pytest.mark.parametrize("math_attention", [False, True], ids=["cpu-kernels", "math-kernel"])
 @pytest.mark.parametrize("cls", [NPTRegressor, SPINRegressor])
-def test_together_trains_the_members_one_after_another_would(cls) -> None:
+def test_together_trains_the_members_one_after_another_would(cls, math_attention, monkeypatch) -> None:
     """Without dropout every draw of a member is its own (weights, validation split, masks), so
     training together changes nothing but float rounding; with patience 2 the members stop at
-    different steps and leave the stack one by one."""
+    different steps and leave the stack one by one. Also with the attention kernels the stack
+    uses on CUDA (the math kernel only), forced here on the CPU."""
+    if math_attention:
+        kernels = members_module.stacked_attention_kernels
+        monkeypatch.setattr(
+            members_module, "stacked_attention_kernels", lambda device: kernels(device, math=True)
+        )
     X, y = _table()
     stopping = {"min_steps": 0, "eval_every": 2, "min_anneal_steps": 4}
     options = dict(max_steps=200, patience=2, model_options=SMALL, train_options=stopping)
@@ -109,3 +117,15 @@ def test_member_optimizer_steps_each_member_as_alone() -> None:
     opt2 = opt.restricted([stacked], [smaller], keep)
     assert opt2.state[smaller]["exp_avg"].shape == (2, 4, 3)
     torch.testing.assert_close(opt2.state[smaller]["slow"], opt.state[stacked]["slow"][keep])
+
+
+def test_stacked_attention_kernels_are_the_math_kernel_on_cuda_only() -> None:
+    """On CUDA the stack's attention runs PyTorch's math kernel (the fused kernels' backward failed
+    under vmap there); elsewhere the choice is PyTorch's."""
+    import contextlib
+
+    assert isinstance(members_module.stacked_attention_kernels(torch.device("cpu")), contextlib.nullcontext)
+    with members_module.stacked_attention_kernels(torch.device("cuda")):
+        from torch.backends.cuda import flash_sdp_enabled, math_sdp_enabled, mem_efficient_sdp_enabled
+
+        assert math_sdp_enabled() and not flash_sdp_enabled() and not mem_efficient_sdp_enabled()

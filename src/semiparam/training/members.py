@@ -19,6 +19,7 @@ validation split, batches, masks of cells) is its own, as when members train one
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 import warnings
@@ -38,6 +39,29 @@ from .engine import Callback, Engine, TrainHistory
 from .losses import npt_loss
 from .optim import LambLookahead, clip_gradients
 from .trainer import Batch, feature_weight, mask_batch
+
+
+def stacked_attention_kernels(
+    device: torch.device, *, math: bool | None = None
+) -> contextlib.AbstractContextManager:
+    """The attention kernels the stacked forward pass may use: on CUDA (``math`` None) or where
+    ``math`` is True, only PyTorch's math kernel of ``scaled_dot_product_attention`` (products
+    and a softmax, which vmap batches like any other ops); elsewhere any. On the device machine's
+    PyTorch 2.11 the backward pass of the fused CUDA kernels under vmap failed ("LSE is not
+    correctly aligned (strideB)"): the batching rule hands them a log-sum-exp whose batch stride
+    the kernel refuses. A stacked step is a small table's step, whose attention matrices are
+    small, so the math kernel costs little there."""
+    if math is None:
+        math = device.type == "cuda"
+    if not math:
+        return contextlib.nullcontext()
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:  # PyTorch 2.2
+        return torch.backends.cuda.sdp_kernel(
+            enable_flash=False, enable_mem_efficient=False, enable_math=True
+        )
+    return sdpa_kernel(SDPBackend.MATH)
 
 
 class MemberStack(nn.Module):
@@ -77,7 +101,8 @@ class MemberStack(nn.Module):
             # vmap runs PyTorch's CPU flash attention once per member (it has no batching rule
             # for it); said once here rather than at every step
             warnings.filterwarnings("ignore", message="There is a performance drop because we have not yet")
-            outs = vmap(one, randomness="different")(params, self.buffer_values, values, hidden)
+            with stacked_attention_kernels(values.device):
+                outs = vmap(one, randomness="different")(params, self.buffer_values, values, hidden)
         return ColumnOutputs(outs[0], list(outs[1:]))
 
     @torch.no_grad()
