@@ -412,12 +412,13 @@ def quality_lines(q: dict[str, Any]) -> list[str]:
 # -- report ---------------------------------------------------------------------------------------------
 
 
-def current(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The newest ok record of each cell whose key is still current (this code and settings)."""
+def current(records: list[dict[str, Any]], ok: bool = True) -> list[dict[str, Any]]:
+    """The newest ok record (``ok`` False: the newest record, ok or not) of each cell whose key is
+    still current (this code and settings)."""
     latest: dict[tuple, dict[str, Any]] = {}
     keys: dict[tuple, str] = {}
     for r in records:
-        if r.get("status") != "ok":
+        if ok and r.get("status") != "ok":
             continue
         cell = (r["kind"], r["table"], r["model"], r["split"], r["device"])
         if cell not in keys:
@@ -478,7 +479,7 @@ def write_report(
             for r in rows
         }
     )
-    loads = [r["machine"].get("load_average_at_start", [math.nan])[0] for r in rows]
+    loads = [r["machine"].get("load_average_at_start", [math.nan])[0] for r in rows] or [math.nan]
     commands = sorted({r["command"] for r in rows})
     lines = [
         "# What a default fit costs (NPT, SPIN, CatBoost)",
@@ -587,6 +588,14 @@ def write_report(
                 "Library functions, cumulative seconds of the whole fit: "
                 + "; ".join(f"`{n}` {t:.2f}" for n, t in r["top_functions_cumulative_s"]),
             ]
+    failed = [r for r in current(records, ok=False) if r.get("status") != "ok"]
+    if failed:  # cells whose last run failed: said, not left out
+        lines += ["", "## Cells whose last run failed", "", "| cell | device | status | error (last line) |"]
+        lines += ["|---|---|---|---|"]
+        for r in failed:
+            error = (str(r.get("error") or "").strip().splitlines() or [""])[-1][:200]
+            cell = f"{r['kind']} {r['table']} {r['model']} split {r['split']}"
+            lines.append(f"| {cell} | {r['device']} | {r.get('status')} | {error.replace('|', '/')} |")
     (out_dir / "fit_cost.md").write_text("\n".join(lines) + "\n")
     # the report's numbers; the full records (histories, settings, machine) stay in the JSONL
     cells = [
