@@ -1,7 +1,8 @@
-"""The README's Python and command-line examples run as written (issue 48), on small generated
-tables and with a step ceiling of a few steps put in for the test's sake (the README's own fits
-run to convergence): what a user copies works. Every block is either run here or named in
-``EXAMPLES`` with the test that runs it elsewhere or why it cannot run on a test machine."""
+"""The Python and command-line examples of the README and of the user guide (``docs/``) run as
+written (issue 48), on small generated tables and with a step ceiling of a few steps put in for the
+test's sake (the pages' own fits run to convergence): what a user copies works. Every block is
+either run here or named in ``EXAMPLES`` with the test that runs it elsewhere or why it cannot run
+on a test machine."""
 
 from __future__ import annotations
 
@@ -16,17 +17,11 @@ import pytest
 from semiparam.cli.main import main
 from semiparam.estimators.base import TableEstimatorMixin
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+PAGES = (README, *sorted((ROOT / "docs").rglob("*.md")))  # the README and the documentation site
 STEPS = 3  # the step ceiling every fit of this test gets
 SKIPPED = ("impute-vcf", "demo")  # VCF inputs (tests/test_genomics_*), and the main job itself
-
-
-def section_blocks(title: str, language: str) -> list[str]:
-    """The fenced ``language`` blocks of the README section ``## title`` (up to the next ``## ``)."""
-    text = README.read_text()
-    start = text.index(f"\n## {title}\n")
-    end = text.find("\n## ", start + 1)
-    return re.findall(rf"```{language}\n(.*?)```", text[start : end if end > 0 else None], re.S)
 
 
 @pytest.fixture
@@ -61,12 +56,18 @@ def test_the_python_examples_run(few_steps: None, tmp_path: Path, monkeypatch: p
         "X": X, "y": y, "X_new": X[60:], "df_with_missing_cells": holes,
         "X_more": X[20:], "y_more": labels[20:],
     }  # fmt: skip
-    block = section_blocks("Python", "python")[0]  # the first: the estimators
-    exec(compile(block, str(README), "exec"), namespace)  # noqa: S102 - the README's own code
-    assert namespace["proba"].shape == (30, 2) and not namespace["filled"]["hours"].isna().any()
+    for section in ("A first fit", "Tables in Python"):  # the README's and the guide's
+        (tmp_path / section).mkdir()
+        monkeypatch.chdir(tmp_path / section)  # each saves its own model_dir
+        ns = dict(namespace)
+        exec(compile(example(section), section, "exec"), ns)  # noqa: S102 - the pages' own code
+        assert ns["proba"].shape == (30, 2) and not ns["filled"]["hours"].isna().any()
 
 
-def test_the_command_line_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("section, at_least", [("Command line", 8), ("On the command line", 4)])
+def test_the_command_line_examples_run(
+    section: str, at_least: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     X, labels, y = frames()
     table = X.assign(income=labels, y=y, weight=np.linspace(0.5, 2.0, len(X)))
@@ -80,7 +81,7 @@ def test_the_command_line_examples_run(tmp_path: Path, monkeypatch: pytest.Monke
     holes.loc[::5, "hours"] = np.nan
     holes.to_csv("table_with_holes.csv", index=False)
     Path("settings.toml").write_text("[model]\nn_heads = 2\n\n[train]\nlearning_rate = 0.005\n")
-    block = section_blocks("Command line", "bash")[0]  # the first: fit, predict, ...
+    block = example(section)  # the first: fit, predict, ...
     ran = 0
     for line in block.splitlines():
         args = shlex.split(line, comments=True)
@@ -93,19 +94,24 @@ def test_the_command_line_examples_run(tmp_path: Path, monkeypatch: pytest.Monke
             args += ["--n-estimators", "1"]
         assert main(args) == 0, line
         ran += 1
-    assert ran >= 8
+    assert ran >= at_least
     assert pd.read_csv("predictions.csv")["customer_id"].tolist() == test["customer_id"].tolist()
 
 
 # -- every other example ---------------------------------------------------------------------------
 
-# Every fenced python/bash block of the README, by (section, position in it): the test that runs
+# Every fenced python/bash block of the pages, by (section, position in it): the test that runs
 # it, or why no test runs it here. A new block fails test_every_example_is_accounted_for until it
 # is entered here.
 HEAVY = "a benchmark of minutes to hours; its scripts are tested in tests/test_bench.py and test_devsuite.py"
 EXAMPLES = {
     ("semiparam", 0): "the two commands of a fresh machine (CI runs the second)",
-    ("Python", 0): "test_the_python_examples_run",
+    ("Getting started", 0): "the two commands of a fresh machine (CI runs the second)",
+    ("Install", 0): "pip installs (CI installs the package and its test extra)",
+    ("A first fit", 0): "test_the_python_examples_run",
+    ("On the command line", 0): "test_the_command_line_examples_run",
+    ("Documentation", 0): "the documentation build: tests/test_docs.py",
+    ("Tables in Python", 0): "test_the_python_examples_run",
     ("Command line", 0): "test_the_command_line_examples_run",
     ("Neural processes (`semiparam.np`)", 0): "test_the_neural_process_examples_run",
     ("Neural processes (`semiparam.np`)", 1): "test_the_neural_process_examples_run",
@@ -146,17 +152,20 @@ EXAMPLES = {
 
 
 def all_blocks() -> dict[tuple[str, int], str]:
-    """Every fenced python or bash block, keyed by its section's title and position in it."""
+    """Every fenced python or bash block of the pages, keyed by its section's title and position
+    in it (section titles are unique across the pages)."""
     blocks: dict[tuple[str, int], str] = {}
-    section, count = "", 0
-    for part in re.split(
-        r"(^#{1,3} [^\n]*$|^```(?:python|bash)\n.*?^```$)", README.read_text(), flags=re.M | re.S
-    ):
-        if re.match(r"#{1,3} ", part):
-            section, count = part.lstrip("#").strip(), 0
-        elif part.startswith("```"):
-            blocks[(section, count)] = part.split("\n", 1)[1].rsplit("```", 1)[0]
-            count += 1
+    for page in PAGES:
+        section, count = "", 0
+        for part in re.split(
+            r"(^#{1,3} [^\n]*$|^```(?:python|bash)\n.*?^```$)", page.read_text(), flags=re.M | re.S
+        ):
+            if re.match(r"#{1,3} ", part):
+                section, count = part.lstrip("#").strip(), 0
+            elif part.startswith("```"):
+                assert (section, count) not in blocks, f"two sections titled {section!r}"
+                blocks[(section, count)] = part.split("\n", 1)[1].rsplit("```", 1)[0]
+                count += 1
     return blocks
 
 
@@ -164,7 +173,7 @@ def example(section: str, index: int = 0, **replace: str) -> str:
     """A block's code with a few values replaced (a step count or a row count, for the test)."""
     code = all_blocks()[(section, index)]
     for old, new in replace.items():
-        assert old in code, f"{old!r} is no longer in the README's {section!r} example"
+        assert old in code, f"{old!r} is no longer in the {section!r} example"
         code = code.replace(old, new)
     return code
 
