@@ -30,7 +30,7 @@ unfinished cells beside the report (``<out-dir>/checkpoints/``, committed; the c
 finished cells taken back from the committed report.
 
 Outputs: ``benchmarks/results/np_convergence.{json,md,png}``; checkpoints and data under
-``benchmarks/results/tmp/np_convergence/``. Uses the public API (``semiparam.np``) and
+``benchmarks/results/tmp/np_convergence/``. Uses the public API (``semiparam.neural_processes``) and
 ``semiparam.bench.measure`` for the machine and code identity.
 """
 
@@ -56,7 +56,7 @@ import torch
 
 import semiparam
 from semiparam.bench.measure import code_hash, import_closure, machine_info
-from semiparam.np import (
+from semiparam.neural_processes import (
     ANP,
     BANP,
     CANP,
@@ -105,7 +105,7 @@ PRIORITY = ("CIPNP", "CANP", "CIPNP-paper")
 PROBE_ONLY = ("CANP-dense",)
 LATENT = ("IPNP", "ANP")
 # the code these runs depend on: the neural processes and everything they import
-NP_MODULES = ("semiparam.np",)
+NP_MODULES = ("semiparam.neural_processes",)
 # the adaptive schedule's settings, named alike in the arguments and in NPTrainConfig
 ADAPTIVE_SETTINGS = ("patience", "anneal_fraction", "smoothing", "min_steps", "lr_drops", "drop_factor")
 SCHEDULE_ARGS = ("schedule", *ADAPTIVE_SETTINGS)  # passed on to each cell's worker

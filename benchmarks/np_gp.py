@@ -15,7 +15,7 @@ Reproduce (about 40 minutes on 2 shared cores)::
 
 Outputs: ``benchmarks/results/np_gp.json``, ``np_gp.md``, ``np_gp_predictions.png``,
 ``np_gp_scaling.png``; cached data and models under ``benchmarks/results/tmp/np_gp/``.
-Uses only the public API (``semiparam.np``).
+Uses only the public API (``semiparam.neural_processes``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from semiparam.np import (
+from semiparam.neural_processes import (
     ANP,
     CANP,
     CIPNP,

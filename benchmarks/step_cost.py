@@ -113,7 +113,6 @@ def worker(
 
     from semiparam import TrainConfig
     from semiparam.bench import Batch, Trainer, get_model
-    from semiparam.training.device import autocast_dtype, resolve_device
 
     (values_np, missing_np, schema), n_synthetic = scaling._table(n, seed)
     result: dict[str, Any] = {
@@ -128,22 +127,22 @@ def worker(
     options = model_options(model_name, backend, widths)
     config = config_cls.from_dict(options, base=config_cls.preset("cpu"))
     layout = schema.layout()
-    where = resolve_device(device)
+    where = torch.device(device)
     module = module_cls(config, layout).to(where)
     result["model_options"] = options
     result["n_params"] = sum(p.numel() for p in module.parameters())
     train_config = TrainConfig.preset("cpu", model=model_name).replace(max_steps=steps + 2, batch_size=n)
-    # the step's matrix products run in the autocast dtype (bf16 on CUDA by default): the rate it
-    # is set against is that dtype's
-    precision = autocast_dtype(where, train_config.mixed_precision)
-    rate_dtype = str(precision or torch.float32).removeprefix("torch.")
-    result.update(device=str(where), autocast=rate_dtype if precision else None)
-    if where.type == "cuda":
-        result["card"] = torch.cuda.get_device_name(where)
     target = torch.zeros(layout.n_columns, dtype=torch.bool, device=where)
     target[schema.target_indices] = True
     generator = torch.Generator(where).manual_seed(seed)
     trainer = Trainer(module, layout, target, train_config, generator=generator, dropout_generator=generator)
+    # the step's matrix products run in the trainer's autocast dtype (bf16 on CUDA by default): the
+    # rate it is set against is that dtype's
+    precision = trainer.autocast_dtype
+    rate_dtype = str(precision or torch.float32).removeprefix("torch.")
+    result.update(device=str(where), autocast=rate_dtype if precision else None)
+    if where.type == "cuda":
+        result["card"] = torch.cuda.get_device_name(where)
     batch = Batch(
         torch.as_tensor(values_np, device=where),
         torch.as_tensor(missing_np, device=where),

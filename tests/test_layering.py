@@ -29,7 +29,8 @@ LAYERS: dict[str, int] = {
     "semiparam.models": 3,
     "semiparam.training": 4,
     "semiparam.estimators": 5,
-    "semiparam.np": 5,
+    "semiparam.neural_processes": 5,
+    "semiparam.np": 5,  # the deprecated alias of semiparam.neural_processes
     "semiparam.genomics": 5,
     "semiparam": 5,  # the package's __init__: the public estimators, models and configs
     "semiparam.bench": 6,
@@ -44,7 +45,7 @@ BENCHMARK_API = {
     "semiparam.datasets",
     "semiparam.bench",
     "semiparam.genomics",
-    "semiparam.np",
+    "semiparam.neural_processes",
     "semiparam.cli.main",
     "semiparam.tuning",
     "semiparam.parallel",

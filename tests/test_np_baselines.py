@@ -14,7 +14,7 @@ import torch
 from semiparam import ConfigError
 from semiparam.models.banp import BANPModule, bootstrap_indices
 from semiparam.models.tnpd import TNPDModule
-from semiparam.np import BANP, TNPD, BANPConfig, GPTaskSampler, TNPDConfig, load
+from semiparam.neural_processes import BANP, TNPD, BANPConfig, GPTaskSampler, TNPDConfig, load
 
 TINY_BANP = {"d_model": 16, "n_heads": 2}
 TINY_TNPD = {"d_model": 16, "n_heads": 2, "n_layers": 2, "d_feedforward": 32}

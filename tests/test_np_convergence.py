@@ -114,7 +114,7 @@ def test_the_task_gap_report_bins_by_lengthscale_and_ranks_the_worst_tasks(tmp_p
 
 
 def test_progress_shows_finished_training_and_unbegun_cells_of_the_plan(tmp_path, monkeypatch):
-    from semiparam.np import CIPNP, GPTaskSampler
+    from semiparam.neural_processes import CIPNP, GPTaskSampler
 
     monkeypatch.setattr(nc, "TMP", tmp_path)
     settings = {"patience": 2, "anneal_fraction": 0.1, "smoothing": 0.0, "min_steps": 0}
@@ -187,7 +187,7 @@ def test_keep_carries_an_unfinished_cell_to_a_fresh_checkout_which_resumes_it(tm
     stale result of the kept cell there (other code) is set aside, not taken for the cell's end."""
     import torch
 
-    from semiparam.np import CIPNP, GPTaskSampler
+    from semiparam.neural_processes import CIPNP, GPTaskSampler
 
     results, session = tmp_path / "results", tmp_path / "session"
     monkeypatch.setattr(nc, "RESULTS", results)

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from semiparam.np import (
+from semiparam.neural_processes import (
     GPTaskSampler,
     TaskBatch,
     gp_log_likelihood,

@@ -14,7 +14,7 @@ import torch
 
 from semiparam import ConfigError
 from semiparam.models.np_base import _normal_kl
-from semiparam.np import (
+from semiparam.neural_processes import (
     ANP,
     BANP,
     CANP,
@@ -696,3 +696,16 @@ def test_fit_on_a_list_of_series_or_a_table_with_a_task_column() -> None:
         CIPNP(random_state=0, **options).fit([(np.ones((4, 2)), np.ones(4))], max_steps=1)
     with pytest.raises(TypeError, match="task sampler"):
         CIPNP(random_state=0, **options).fit(42, max_steps=1)
+
+
+def test_the_old_name_semiparam_np_still_imports_with_a_deprecation_warning(monkeypatch) -> None:
+    import importlib
+    import sys
+
+    import semiparam.neural_processes as new
+
+    monkeypatch.delitem(sys.modules, "semiparam.np", raising=False)
+    with pytest.warns(DeprecationWarning, match="semiparam.neural_processes"):
+        old = importlib.import_module("semiparam.np")
+    assert old.__all__ == new.__all__
+    assert all(getattr(old, name) is getattr(new, name) for name in new.__all__)

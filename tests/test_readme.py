@@ -113,9 +113,9 @@ EXAMPLES = {
     ("Documentation", 0): "the documentation build: tests/test_docs.py",
     ("Tables in Python", 0): "test_the_python_examples_run",
     ("Command line", 0): "test_the_command_line_examples_run",
-    ("Neural processes (`semiparam.np`)", 0): "test_the_neural_process_examples_run",
-    ("Neural processes (`semiparam.np`)", 1): "test_the_neural_process_examples_run",
-    ("Neural processes (`semiparam.np`)", 2): "test_the_neural_process_examples_run",
+    ("Neural processes (`semiparam.neural_processes`)", 0): "test_the_neural_process_examples_run",
+    ("Neural processes (`semiparam.neural_processes`)", 1): "test_the_neural_process_examples_run",
+    ("Neural processes (`semiparam.neural_processes`)", 2): "test_the_neural_process_examples_run",
     (
         "Genotype imputation (`semiparam.genomics`)",
         0,
@@ -184,7 +184,7 @@ def test_every_example_is_accounted_for() -> None:
 
 def test_the_neural_process_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    section = "Neural processes (`semiparam.np`)"
+    section = "Neural processes (`semiparam.neural_processes`)"
     ns: dict = {}
     exec(example(section, 0, **{"max_steps=2000": "max_steps=3"}), ns)  # noqa: S102
     assert ns["pred"].mean.shape == ns["batch"].target_y.shape and ns["ll"].shape == (16,)

@@ -4,7 +4,7 @@
     semiparam np-predict RUN context.csv targets.csv --out predictions.csv
 
 ``np-fit`` meta-learns from one task per value of the ``--task`` column (each split at random into
-context and targets at every step, :class:`~semiparam.np.TaskCollection`) and writes the run
+context and targets at every step, :class:`~semiparam.neural_processes.TaskCollection`) and writes the run
 directory: ``model/`` (weights and settings) and ``np_run.json`` (the columns, the settings and the
 training history). ``np-predict`` predicts every row of the targets table from the context rows of
 its own task: the targets table plus ``<y>_mean`` and ``<y>_std`` per output column, and, when the
@@ -74,7 +74,7 @@ def _columns(text: str) -> list[str]:
 
 
 def _model_class(name: str) -> Any:
-    from .. import np as nps
+    from .. import neural_processes as nps
 
     return {
         "cipnp": nps.CIPNP,
@@ -87,7 +87,7 @@ def _model_class(name: str) -> Any:
 
 
 def cmd_np_fit(args: argparse.Namespace) -> int:
-    from ..np import TaskCollection
+    from ..neural_processes import TaskCollection
     from .common import read_table, split_list
 
     out = Path(args.out)
@@ -141,7 +141,7 @@ def cmd_np_predict(args: argparse.Namespace) -> int:
     import numpy as np
     import pandas as pd
 
-    from ..np import load
+    from ..neural_processes import load
     from .common import check_writable, read_table, split_list, write_table
 
     run_file = Path(args.run) / RUN_FILE

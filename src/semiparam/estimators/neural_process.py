@@ -165,11 +165,11 @@ class NeuralProcessEstimator:
         **train_options: Any,
     ) -> NeuralProcessEstimator:
         """Meta-train on batches of ``tasks``: a task sampler (anything with ``sample(batch_size) ->
-        TaskBatch``, e.g. :class:`~semiparam.np.GPTaskSampler` or a
-        :class:`~semiparam.np.TaskCollection`), a list of ``(x, y)`` series (one per task), or a
+        TaskBatch``, e.g. :class:`~semiparam.neural_processes.GPTaskSampler` or a
+        :class:`~semiparam.neural_processes.TaskCollection`), a list of ``(x, y)`` series (one per task), or a
         DataFrame with one task per value of ``task_column``, inputs ``x_columns`` (default: every
         other column but the last) and outputs ``y_columns`` (default: the last column); lists and
-        tables become a :class:`~semiparam.np.TaskCollection` seeded by ``random_state``.
+        tables become a :class:`~semiparam.neural_processes.TaskCollection` seeded by ``random_state``.
         ``max_steps`` and ``train_options`` override fields of ``train_config``
         (:class:`NPTrainConfig`: batch_size, learning_rate, ...). ``callback(step, loss)`` runs
         after each step (the model in training can be scored from it, e.g. with :meth:`evaluate`);

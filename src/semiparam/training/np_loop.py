@@ -128,7 +128,7 @@ class NPTrainConfig(FrozenConfig):
 
 
 class TaskSource(Protocol):
-    """Anything that hands out batches of tasks, e.g. :class:`semiparam.np.GPTaskSampler`."""
+    """Anything that hands out batches of tasks, e.g. :class:`semiparam.neural_processes.GPTaskSampler`."""
 
     def sample(self, batch_size: int) -> Any: ...
 
