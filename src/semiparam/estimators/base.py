@@ -39,8 +39,7 @@ _TRAIN_ARGS = (
 # NOTE[DIFF]: the papers train one model. The out-of-the-box (cpu) presets are ensembles of three
 # members (own seed, validation split, masks and batches; predictions averaged), chosen on the
 # development suite (``benchmarks/tabular_defaults.py --set spin.n_estimators=3``, ``--set
-# npt.n_estimators=3``): with three members each model ranked ahead of CatBoost on more of its
-# tables than with one, at about three times the fit time.
+# npt.n_estimators=3``; the comparison is in its generated report).
 _DEFAULT_MEMBERS = {("spin", "cpu"): 3, ("npt", "cpu"): 3}
 
 
