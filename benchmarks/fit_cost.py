@@ -435,6 +435,36 @@ def member_steps(r: dict[str, Any]) -> list[int]:
     return [int(m["steps"]) for m in members]
 
 
+def stopping_lines(fits: list[dict[str, Any]], models: list[str]) -> list[str]:
+    """Where the neural models' steps went, over every member of their fits: the steps after the
+    member's best checkpoint (which its prediction does not use), those of the anneal, the members
+    whose best checkpoint came in the anneal, and the share of a member's seconds spent validating."""
+    lines = [
+        "",
+        "## Where the steps go (every member of the fits above)",
+        "",
+        "| model | members | steps | after the best checkpoint | in the anneal "
+        "| best checkpoint in the anneal | validation share of the seconds |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for m in models:
+        members = [x for r in fits if r["model"] == m for x in (r.get("history") or {}).get("members") or []]
+        if not members or "best_step" not in members[0]:
+            continue
+        steps = sum(x["steps"] for x in members)
+        after = sum(x["steps"] - 1 - x["best_step"] for x in members)
+        annealed = [x for x in members if x.get("anneal_start") is not None]
+        anneal = sum(x["steps"] - x["anneal_start"] for x in annealed)
+        best_in = sum(x["best_step"] >= x["anneal_start"] for x in annealed)
+        seconds = sum(x.get("seconds") or 0.0 for x in members)
+        validating = sum(x.get("eval_seconds") or 0.0 for x in members)
+        lines.append(
+            f"| {m} | {len(members)} | {steps:,} | {after / steps:.1%} | {anneal / steps:.1%} "
+            f"| {best_in} of {len(annealed)} | {validating / seconds if seconds else math.nan:.1%} |"
+        )
+    return lines
+
+
 def write_report(
     records: list[dict[str, Any]],
     out_dir: Path,
@@ -527,6 +557,7 @@ def write_report(
             f"{summary['mean_rank'].get(m, float('nan')):.2f} | "
             f"{summary['geomean_score_ratio_to_catboost'].get(m, float('nan')):.4f} |"
         )
+    lines += stopping_lines(fits, models)
     lines += [
         "",
         "## Per table and split",
