@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """NPT and SPIN at their defaults against gradient boosting on the development suite
-(``benchmarks/devsuite.py``: 14 real tables of 300-2,500 rows), for the issue "Out of the box, NPT
+(``benchmarks/devsuite.py``: 32 real tables of 234-2,500 rows), for the issue "Out of the box, NPT
 and SPIN beat gradient boosting on small and medium tables".
 
     .venv/bin/python benchmarks/tabular_defaults.py                          # the whole grid
