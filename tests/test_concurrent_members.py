@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from semiparam import NPTClassifier, NPTRegressor, SPINRegressor
-from semiparam.estimators._engine import TableLearner
+from semiparam.estimators.learner import TableLearner
 
 SMALL = {"d_embedding": 8, "n_heads": 2, "n_blocks": 2, "n_frequencies": 4}
 

@@ -129,6 +129,72 @@ def benchmark_violations(source: str, where: str) -> list[str]:
     return out
 
 
+# Pairs (importer's part, imported part) that may never meet, whatever their ranks.
+FORBIDDEN = {
+    # genomics trains and predicts through the public learner layer (estimators.learner)
+    ("semiparam.genomics", "semiparam.training"),
+}
+
+
+def rule_violations(module: str, is_package: bool, source: str, where: str) -> list[str]:
+    """One line per import of ``module`` that breaks a rule beyond the layers: a private module
+    (``_name``) of another part of the package (the package's own ``semiparam._config``,
+    ``_io`` and ``_measure`` are shared by all), a private name from another part, a
+    ``FORBIDDEN`` pair, or a name re-exported through ``importlib.import_module`` (hidden from
+    these checks) outside the package's own ``__init__``."""
+    own = layer_of(module)
+    out = []
+    tree = ast.parse(source)
+    for line, name in imports(source, module, is_package):
+        other = layer_of(name)
+        if other is None or other == own:
+            continue
+        parts = name.split(".")
+        if any(p.startswith("_") and not p.startswith("__") for p in parts[2:]):
+            out.append(f"{module} ({where}:{line}) imports the private module {name} of {other}")
+        if (own, other) in FORBIDDEN:
+            out.append(f"{module} ({where}:{line}) imports {name}: {own} may not import {other}")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = module.split(".") if is_package else module.split(".")[:-1]
+            target = ".".join(base[: len(base) - (node.level - 1)] + ([node.module] if node.module else []))
+            if layer_of(target) not in (None, own):
+                for alias in node.names:
+                    if alias.name.startswith("_") and not alias.name.startswith("__"):
+                        out.append(
+                            f"{module} ({where}:{node.lineno}) imports the private {alias.name} of {target}"
+                        )
+        if module != "semiparam" and (
+            (isinstance(node, ast.ImportFrom) and any(a.name == "import_module" for a in node.names))
+            or (isinstance(node, ast.Attribute) and node.attr == "import_module")
+        ):
+            out.append(f"{module} ({where}:{node.lineno}) imports through import_module")
+    return out
+
+
+def test_the_rules_beyond_the_layers_hold() -> None:
+    problems = []
+    for module, (path, is_package) in MODULES.items():
+        problems += rule_violations(module, is_package, path.read_text(), str(path.relative_to(REPO)))
+    assert not problems, "\n".join(problems)
+
+
+def test_the_rule_checks_catch_violations() -> None:
+    source = (
+        "from ..estimators._ensemble import EnsembleLearner\n"
+        "from ..estimators.explain import _private_helper\n"
+        "from ..training.trainer import Trainer\n"
+        "from .._config import ConfigError\n"
+        "from importlib import import_module\n"
+    )
+    found = rule_violations("semiparam.genomics.x", False, source, "x.py")
+    assert len(found) == 4, found
+    assert "private module semiparam.estimators._ensemble" in found[0]
+    assert any("private _private_helper" in f for f in found)
+    assert any("may not import semiparam.training" in f for f in found)
+    assert sum("import_module" in f for f in found) == 1
+
+
 def test_every_module_has_a_layer() -> None:
     unknown = [m for m in MODULES if m != "semiparam" and ".".join(m.split(".")[:2]) not in LAYERS]
     assert not unknown, f"modules outside every layer (add their package to LAYERS): {unknown}"
@@ -196,13 +262,13 @@ def test_the_checks_catch_violations() -> None:
         "from semiparam.bench.measure import measure\n"
         "def g():\n"
         "    from semiparam.data.vcf import read_vcf\n"
-        "    from semiparam.estimators._engine import TableLearner\n"
+        "    from semiparam.estimators._ensemble import EnsembleLearner\n"
         "    from semiparam import nn\n"
     )
     found = benchmark_violations(script, "b.py")
     assert [v.split(" imports ")[1].split(",")[0] for v in found] == [
         "semiparam.data.vcf",
-        "semiparam.estimators._engine",
+        "semiparam.estimators._ensemble",
         "semiparam.nn",
     ], found
 

@@ -26,8 +26,8 @@ import pandas as pd
 
 from ..data.columns import CATEGORICAL
 from ..data.table import EncodedTable
-from ..estimators._engine import _json_default
-from ..estimators._explain import _Explainer, _hide_column, corrupted_predictions
+from ..estimators.explain import Explainer, corrupted_predictions, hide_column
+from ..estimators.learner import json_default
 from .measure import code_hash, machine_info
 
 # The NPT paper's Table 2 (spec-npt 5.7): change after corruption, accuracy in percentage points
@@ -51,7 +51,7 @@ PAPER_CORRUPTION = {
 # -- metrics --------------------------------------------------------------------------------------
 
 
-def _scores(ex: _Explainer, truth: np.ndarray, pred: np.ndarray) -> dict[str, float]:
+def _scores(ex: Explainer, truth: np.ndarray, pred: np.ndarray) -> dict[str, float]:
     """accuracy and log loss (categorical target; ``truth`` class indices) or RMSE."""
     if ex.categorical:
         labels = truth.astype(np.int64)
@@ -60,7 +60,7 @@ def _scores(ex: _Explainer, truth: np.ndarray, pred: np.ndarray) -> dict[str, fl
     return {"rmse": float(np.sqrt(np.mean((pred - truth) ** 2)))}
 
 
-def _chance(ex: _Explainer, train_truth: np.ndarray, n: int) -> np.ndarray:
+def _chance(ex: Explainer, train_truth: np.ndarray, n: int) -> np.ndarray:
     """The prediction that knows no row: the training labels' class shares, or their mean."""
     if ex.categorical:
         k = len(ex.encoder.schema.columns[ex.target_j].categories)
@@ -69,7 +69,7 @@ def _chance(ex: _Explainer, train_truth: np.ndarray, n: int) -> np.ndarray:
     return np.full(n, float(np.mean(train_truth)))
 
 
-def _truth(ex: _Explainer, X: Any, y: Any) -> np.ndarray:
+def _truth(ex: Explainer, X: Any, y: Any) -> np.ndarray:
     """The targets of labelled rows ``(X, y)``: class indices, or values in target units."""
     table = ex.estimator._context_table(X, y)
     encoded = ex.encoder.transform(table).values[:, ex.target_j]
@@ -78,7 +78,7 @@ def _truth(ex: _Explainer, X: Any, y: Any) -> np.ndarray:
     return ex.encoder.decode_continuous(ex.target, encoded.astype(np.float64))
 
 
-def _features_only(ex: _Explainer, X: Any) -> Any:
+def _features_only(ex: Explainer, X: Any) -> Any:
     if isinstance(X, pd.DataFrame):
         return X.drop(columns=[t for t in ex.targets if t in X.columns])
     return X
@@ -102,7 +102,7 @@ def corruption_test(
     ``change`` is in the paper's units: accuracy points (corrupt - clean) for a categorical
     target, ``100 * (RMSE_clean - RMSE_corrupt) / RMSE_clean`` for a continuous one; negative =
     worse after corruption, i.e. the model used the other rows."""
-    ex = _Explainer(model, context, None)
+    ex = Explainer(model, context, None)
     truth = _truth(ex, X, y)
     features = _features_only(ex, X)
     clean = _scores(ex, truth, ex.predict(ex.queries(features)))
@@ -177,12 +177,12 @@ def lookup_test(
         **{k: v for k, v in LOOKUP_STEPS.items() if params.get(k) is None},
     )
     model.fit(X_train, y_train)
-    ex = _Explainer(model, (X_test, y_test), None)
+    ex = Explainer(model, (X_test, y_test), None)
     truth = _truth(ex, X_test, y_test)
     queries = ex.queries(X_test)
     visible = _scores(ex, truth, ex.predict(queries))
     (context, _), *_ = ex.contexts
-    hidden_ctx = _hide_column(context, ex.target_j)
+    hidden_ctx = hide_column(context, ex.target_j)
     hidden = _scores(ex, truth, ex.predict(queries, [hidden_ctx] * len(ex.members)))
     rows = model.explain_rows(X_test, top_k=1, context=(X_test, y_test))
     hit = float((rows["context_row"].to_numpy() == np.arange(len(X_test))).mean())
@@ -245,7 +245,7 @@ def deletion_test(
     attention, against t random rows."""
     from scipy.stats import wilcoxon
 
-    ex = _Explainer(model, context, None)
+    ex = Explainer(model, context, None)
     contexts = ex.require_rows("the deletion test")
     base_context, index = contexts[0]
     for other, other_index in contexts[1:]:
@@ -331,7 +331,7 @@ def deletion_test(
 
 
 def _deletion_curve(
-    ex: _Explainer,
+    ex: Explainer,
     queries: EncodedTable,
     context: EncodedTable,
     n_rows: int,
@@ -389,7 +389,7 @@ def write_analysis(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     payload = {"results": results, **provenance(command)}
-    (out / f"{stem}.json").write_text(json.dumps(payload, indent=1, default=_json_default) + "\n")
+    (out / f"{stem}.json").write_text(json.dumps(payload, indent=1, default=json_default) + "\n")
     figure = _figure(results, out / f"{stem}.png")
     lines = _markdown(results, payload, figure)
     path = out / f"{stem}.md"

@@ -1,6 +1,6 @@
 """``semiparam explain`` and ``semiparam analyze corruption|lookup|deletion``: explanations and the
 NPT paper's analyses of a fitted run from the command line (the logic lives in
-``semiparam.estimators._explain`` and ``semiparam.bench.analyses``)."""
+``semiparam.estimators.explain`` and ``semiparam.bench.analyses``)."""
 
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ from ..training.members import MemberPlan, train_members
 from ..training.seeding import seeded_build
 from ..training.trainer import ProgressBar, TrainHistory
 from ._context import PredictionContext
-from ._engine import FORMAT_VERSION, TableLearner, _json_default, read_model_meta
+from .learner import FORMAT_VERSION, TableLearner, json_default, read_model_meta
 
 ENSEMBLE_FORMAT = "ensemble-1"
 
@@ -536,7 +536,7 @@ class EnsembleLearner:
             }
             for k, member in enumerate(self.members):
                 member.save(target / f"member_{k}")
-            (target / "semiparam.json").write_text(json.dumps(meta, indent=2, default=_json_default))
+            (target / "semiparam.json").write_text(json.dumps(meta, indent=2, default=json_default))
         return path
 
     @classmethod

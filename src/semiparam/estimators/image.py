@@ -25,8 +25,8 @@ from .._config import ConfigError
 from ..data.columns import CATEGORICAL, CONTINUOUS
 from ..data.images import check_images, check_labels
 from ..data.table import ColumnSpec, DataValidationError, EncodedTable, TableEncoder, TableSchema
-from ._explain import ExplainMixin
 from .base import TableEstimatorMixin
+from .explain import ExplainMixin
 from .tabular import TARGET, _common_init
 
 __all__ = ["NPTImageClassifier", "SPINImageClassifier", "default_patch_size"]

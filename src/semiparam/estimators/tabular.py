@@ -15,8 +15,8 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from ..data.columns import CATEGORICAL, CONTINUOUS
 from ..data.table import ColumnSpec, DataValidationError, TableSchema, infer_schema, integer_labels
-from ._explain import ExplainMixin
 from .base import TableEstimatorMixin
+from .explain import ExplainMixin
 
 TARGET = "__target__"
 

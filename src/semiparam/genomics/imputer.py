@@ -13,7 +13,7 @@ Models, by ``model``:
   typed sites (see :mod:`.copying`); nothing is trained: ``fit`` stores the panel and picks ``ne``
   on held-out reference samples; it uses windows only to choose which typed sites to phase;
 - any table model of :mod:`semiparam.models.registry` (``"npt"``, ``"spin"``...), trained through
-  :class:`~semiparam.estimators._engine.TableLearner` with chunk masking (spec-spin section 3.2):
+  :class:`~semiparam.estimators.learner.TableLearner` with chunk masking (spec-spin section 3.2):
   each step hides *all* target tokens of a fraction ``p_target`` of the batch's rows, the other
   rows show theirs, so the model learns to copy targets from reference rows whose inputs match;
 - ``"knn"``: the nearest-haplotype baseline, the mean target alleles of the ``k`` reference
@@ -62,12 +62,9 @@ from .._io import ModelFileError, atomic_directory, available_device, read_json,
 from ..data.columns import CATEGORICAL
 from ..data.genotypes import HaplotypePanel, VariantSites
 from ..data.table import ColumnSpec, TableEncoder, TableSchema
-from ..estimators._engine import TableLearner, resolve_device
-from ..models.registry import get_model, model_names
+from ..estimators.learner import TableLearner, TrainConfig, resolve_device
+from ..models.registry import model_names
 from ..parallel import check_backend, map_tasks
-from ..training.config import TrainConfig
-from ..training.seeding import seeded_build
-from ..training.trainer import Batch, ProgressBar, Trainer
 from .copying import (
     NE_GRID,
     CopyingSettings,
@@ -368,45 +365,25 @@ class GenotypeImputer:
         """One model for all windows: each step trains on a batch of one random window's rows."""
         schema = self._schema()
         learner = self._new_learner(self.random_state)
-        cfg = learner.train_config
+        learner.verbose = self.verbose
         tables = [self._reference_tokens(w) for w in self.windows_]  # each (n_hap, d)
-        learner.encoder = TableEncoder.fit(self._frame(tables[0], schema.names), schema)
+        encoder = TableEncoder.fit(self._frame(tables[0], schema.names), schema)
         device = learner.device
         values = [torch.as_tensor(t.astype(np.float32), device=device) for t in tables]
         n_rows = tables[0].shape[0]
         missing = torch.zeros(n_rows, len(schema.names), dtype=torch.bool, device=device)
-        labelled = torch.ones(n_rows, dtype=torch.bool, device=device)
         rng = np.random.default_rng(self.random_state)
-        batch = min(cfg.batch_size, n_rows)
+        batch = min(learner.train_config.batch_size, n_rows)
 
-        def next_batch(step: int) -> Batch:
+        def next_batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
             w = int(rng.integers(len(values)))
             idx = torch.as_tensor(rng.choice(n_rows, size=batch, replace=False), device=device)
-            return Batch(values[w][idx], missing[idx], labelled[idx])
+            return values[w][idx], missing[idx]
 
-        _, module_cls = get_model(self.model)
-        layout = schema.layout()
-        target_mask = torch.zeros(len(schema.names), dtype=torch.bool, device=device)
-        target_mask[schema.target_indices] = True
-        learner.module, dropout_generator = seeded_build(
-            lambda: module_cls(learner.model_config, layout).to(device), self.random_state, device
-        )
-        enabled = sys.stderr.isatty() if self.verbose is None else bool(self.verbose)
-        trainer = Trainer(
-            learner.module,
-            layout,
-            target_mask,
-            cfg,
-            callbacks=[ProgressBar(enabled, f"{self.model} shared fit")],
-            generator=torch.Generator(device=device).manual_seed(self.random_state),
-            dropout_generator=dropout_generator,
-        )
-        learner.history = trainer.fit(next_batch)
-        learner.module.eval()
         # a context of its own (the first window), so the learner is complete and can be saved;
         # prediction replaces it with each window's reference haplotypes
-        learner.set_context(learner.encoder.transform(self._frame(tables[0], schema.names)))
-        return learner
+        context = encoder.transform(self._frame(tables[0], schema.names))
+        return learner.fit_batches(encoder, next_batch, context, label=f"{self.model} shared fit")
 
     def _pick_k(self) -> int:
         """k of the nearest-haplotype baseline: best pooled r^2 on 10% held-out reference

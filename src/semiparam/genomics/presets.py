@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from .._config import ConfigError
+from ..estimators.learner import TrainConfig
 from ..models.registry import get_model
-from ..training.config import TrainConfig
 
 Mode = Literal["per_window", "shared"]
 

@@ -1,4 +1,4 @@
-"""The model-agnostic core behind every table estimator.
+"""The learner layer: the model-agnostic core behind every table estimator, public.
 
 ``TableLearner`` owns one fitted table model: its schema and encoder (fitted on training rows
 only), the ``nn.Module``, the context it predicts from (a :class:`~._context.PredictionContext`),
@@ -11,6 +11,14 @@ A table model (``models.registry``) provides::
     forward(values, hidden) -> ColumnOutputs                        # training: rows attend freely
     encode_context(values, hidden) -> state                         # once per fitted context
     forward_queries(values, hidden, state) -> ColumnOutputs         # query rows from the context
+
+Fitting: :meth:`TableLearner.fit` (a frame and its schema: encoder, validation split, ensemble-free
+training, calibration), :meth:`TableLearner.fit_encoded` (an encoded table), or
+:meth:`TableLearner.fit_batches` (any source of encoded batches, e.g. genomics' windows: one model
+over many tables of one layout). Then ``set_context``, ``predict_outputs`` / ``predict_columns``,
+``save`` / ``load``. The tabular estimators (through ``_ensemble.EnsembleLearner``), the image
+estimators and genomics all train and predict through it; nothing outside ``estimators/`` needs
+``training/``.
 """
 
 from __future__ import annotations
@@ -50,7 +58,7 @@ from ..training.distributed import current_group, local_shards, make_shards, res
 from ..training.losses import cell_losses, gaussian_std
 from ..training.masking import mask_for_inference
 from ..training.seeding import seeded_build
-from ..training.trainer import BestCheckpoint, CostWarning, ProgressBar, Trainer, TrainHistory
+from ..training.trainer import Batch, BestCheckpoint, CostWarning, ProgressBar, Trainer, TrainHistory
 from ._context import PredictionContext
 from ._sampling import DuplicateLookup, RowSampler, permute_targets, split_validation, stratified_order
 
@@ -198,6 +206,41 @@ class TableLearner:
         if unlabeled is not None and len(unlabeled):
             enc_u = self.encoder.transform(unlabeled, absent=schema.targets)
         return enc, enc_u
+
+    def fit_batches(
+        self,
+        encoder: TableEncoder,
+        next_batch: Callable[[int], tuple[torch.Tensor, torch.Tensor]],
+        context: EncodedTable,
+        *,
+        label: str = "",
+    ) -> TableLearner:
+        """Train on batches from a source of the caller's making: ``next_batch(step)`` returns
+        ``(values, missing)``, each ``(rows, columns)`` on this learner's device, already encoded
+        in ``encoder``'s layout (e.g. one random window of genotypes per step). No validation
+        split, calibration or best checkpoint: the run is ``train_config``'s schedule. ``context``
+        (encoded) is what the fitted model predicts from until :meth:`set_context` replaces it.
+        The masks and the model's seeded weights and dropout come from ``seed``, as in :meth:`fit`."""
+        self.encoder = encoder
+        self.module, dropout_generator = seeded_build(self._build_module, self.seed, self.device)
+        trainer = Trainer(
+            self.module,
+            self.schema.layout(),
+            self.target_mask(),
+            self.train_config,
+            callbacks=[ProgressBar(self.verbose, label or f"{self.model_name} fit")],
+            generator=torch.Generator(device=self.device).manual_seed(self.seed),
+            dropout_generator=dropout_generator,
+        )
+
+        def batch(step: int) -> Batch:
+            values, missing = next_batch(step)
+            return Batch(values, missing, torch.ones(len(values), dtype=torch.bool, device=values.device))
+
+        self.history = trainer.fit(batch)
+        self.module.eval()
+        self.set_context(context)
+        return self
 
     def fit_encoded(
         self,
@@ -637,7 +680,7 @@ class TableLearner:
         meta["estimator"] = extra or {}
         # checked on load: a tensor file changed after saving is refused, not run
         meta["sha256"] = {name: file_sha256(path / name) for name in TENSOR_FILES}
-        (path / "semiparam.json").write_text(json.dumps(meta, indent=2, default=_json_default))
+        (path / "semiparam.json").write_text(json.dumps(meta, indent=2, default=json_default))
         return path
 
     @classmethod
@@ -693,7 +736,7 @@ def read_model_meta(path: Path) -> dict[str, Any]:
     return meta
 
 
-def _json_default(value: Any) -> Any:
+def json_default(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, np.ndarray):

@@ -46,7 +46,7 @@ def _choice(name: str, value: Any, allowed: Sequence[str]) -> str:
     return value
 
 
-class _Explainer:
+class Explainer:
     """The fitted estimator's members, encoder, target and context, and the probes over them."""
 
     def __init__(self, estimator: Any, context: tuple[Any, Any] | None, target: str | None) -> None:
@@ -253,7 +253,7 @@ class ExplainMixin:
         probability (``target_class``: another class's) falls by ``score``; for a continuous
         target, ``score`` is the absolute change of the mean. SPIN keeps only an encoding of its
         rows: pass ``context=(X_train, y_train)``."""
-        ex = _Explainer(self, context, target)
+        ex = Explainer(self, context, target)
         _choice("method", method, ROW_METHODS)
         _choice("deletion", deletion, DELETIONS)
         contexts = ex.require_rows("explain_rows")
@@ -309,7 +309,7 @@ class ExplainMixin:
         ``LayerGradientXActivation``; the ``explain`` extra). ``"lime"``: a weighted ridge
         surrogate over ``n_samples`` random keep/hide patterns of the row's features (LIME's
         sampling and kernel); its weighted R^2 per row is in ``result.attrs["fidelity"]``."""
-        ex = _Explainer(self, context, target)
+        ex = Explainer(self, context, target)
         _choice("method", method, FEATURE_METHODS)
         _choice("scope", scope, SCOPES)
         scale = ex.check_scale(scale)
@@ -344,7 +344,7 @@ class ExplainMixin:
         ``X`` only). The loss is log loss for a classifier, RMSE for a regressor; returns one row
         per feature (sorted, most important first) with ``importance`` (loss with the feature
         hidden minus the loss without) and ``loss``; ``result.attrs["loss"]`` is the full model's."""
-        ex = _Explainer(self, context, None)
+        ex = Explainer(self, context, None)
         _choice("scope", scope, SCOPES)
         if scope == "column":
             ex.require_rows("scope='column'")
@@ -362,10 +362,10 @@ class ExplainMixin:
         full = loss(ex.predict(queries))
         rows = []
         for name, j in zip(ex.feature_names, ex.feature_j, strict=True):
-            hidden = _hide_column(queries, j)
+            hidden = hide_column(queries, j)
             contexts = None
             if scope == "column":
-                contexts = [_hide_column(c, j) for c, _ in ex.contexts]  # type: ignore[misc]
+                contexts = [hide_column(c, j) for c, _ in ex.contexts]  # type: ignore[misc]
             masked = loss(ex.predict(hidden, contexts))
             rows.append({"feature": name, "importance": masked - full, "loss": masked})
         result = pd.DataFrame(rows).set_index("feature").sort_values("importance", ascending=False)
@@ -390,7 +390,7 @@ class ExplainMixin:
         ``context=(X_train, y_train)``) ``"rows"`` ``(n_layers, heads, h, n_context)`` and
         ``"composed"`` ``(n_rows, n_context)``. Also ``"context_rows"`` (the positions of the
         context rows) and ``"column_names"`` (the order of ``d``: features, then targets)."""
-        ex = _Explainer(self, context, None)
+        ex = Explainer(self, context, None)
         if not 0 <= member < len(ex.members):
             raise ValueError(f"member must be in [0, {len(ex.members)}), got {member}")
         queries = ex.queries(X)
@@ -422,7 +422,7 @@ def corrupted_predictions(
     model that predicts from other rows gets worse, a parametric one does not. Returns what
     ``predict_proba`` (categorical target) or ``predict`` returns; one context encoding per query
     row and member."""
-    ex = _Explainer(estimator, context, None)
+    ex = Explainer(estimator, context, None)
     contexts = ex.require_rows("the corruption test")
     rng = check_random_state(random_state)
     queries = ex.queries(X)
@@ -462,10 +462,10 @@ def _without(
     where = index == row
     if deletion == "row":
         return EncodedTable(context.values[~where], context.missing[~where])
-    return _hide_column(context, target_j, where)
+    return hide_column(context, target_j, where)
 
 
-def _hide_column(table: EncodedTable, j: int, rows: Any = slice(None)) -> EncodedTable:
+def hide_column(table: EncodedTable, j: int, rows: Any = slice(None)) -> EncodedTable:
     """A copy of ``table`` with column ``j`` hidden in ``rows`` (default: every row)."""
     values, missing = table.values.copy(), table.missing.copy()
     values[rows, j] = 0.0
@@ -487,7 +487,7 @@ def _stacked(queries: EncodedTable, patterns: np.ndarray, feature_j: list[int]) 
 
 
 def _mask_attributions(
-    ex: _Explainer, queries: EncodedTable, q0: np.ndarray, classes: np.ndarray | None, scale: str, scope: str
+    ex: Explainer, queries: EncodedTable, q0: np.ndarray, classes: np.ndarray | None, scale: str, scope: str
 ) -> np.ndarray:
     n_q, p = len(queries.values), len(ex.feature_j)
     out = np.zeros((n_q, p))
@@ -500,13 +500,13 @@ def _mask_attributions(
         return out
     contexts = ex.require_rows("scope='column'")
     for j, col in enumerate(ex.feature_j):
-        pred = ex.predict(_hide_column(queries, col), [_hide_column(c, col) for c, _ in contexts])
+        pred = ex.predict(hide_column(queries, col), [hide_column(c, col) for c, _ in contexts])
         out[:, j] = q0 - ex.quantity(pred, classes, scale)
     return out
 
 
 def _lime_attributions(
-    ex: _Explainer,
+    ex: Explainer,
     queries: EncodedTable,
     classes: np.ndarray | None,
     scale: str,
@@ -542,7 +542,7 @@ def _lime_attributions(
 
 
 def _gradient_attributions(
-    ex: _Explainer, queries: EncodedTable, classes: np.ndarray | None, scale: str
+    ex: Explainer, queries: EncodedTable, classes: np.ndarray | None, scale: str
 ) -> np.ndarray:
     """Input x gradient at each cell's embedding (summed over its channels), averaged over members."""
     try:
@@ -560,7 +560,7 @@ def _gradient_attributions(
 
 
 def _explained_output(
-    ex: _Explainer, k: int, module: torch.nn.Module, state: Any, classes: np.ndarray | None, scale: str
+    ex: Explainer, k: int, module: torch.nn.Module, state: Any, classes: np.ndarray | None, scale: str
 ) -> Any:
     """Member k's explained quantity as a differentiable function of the query inputs."""
     m = ex.members[k]
