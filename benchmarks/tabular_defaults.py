@@ -364,6 +364,97 @@ def aggregate(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     return {"scores": scores, "status": {f"{t}/{m}": s for (t, m), s in status.items()}}
 
 
+BOOTSTRAP_DRAWS = 2000
+
+
+def head_to_head(
+    cells: Mapping[tuple, Mapping[str, Any]], model: str, gbdt: list[str], seed: int = 0
+) -> dict[str, Any] | None:
+    """``model`` against CatBoost and the best default GBDT, split by split: the share of the
+    (table, split) pairs where it beats CatBoost at its defaults (and the tuned CatBoost, where
+    run); the geometric mean over tables of its score over the best default GBDT's (per table, the
+    geometric mean over the splits where all of them ran) with a 95% percentile interval from
+    ``BOOTSTRAP_DRAWS`` resamples of the tables. None where no pair has both."""
+    score = {
+        k: float(r["score"])
+        for k, r in cells.items()
+        if r.get("status") == "ok" and r.get("score") is not None
+    }
+    pairs = sorted({(t, s) for (t, m, s) in score if m == model})
+    out: dict[str, Any] = {"model": model}
+    for ref in ("catboost", "catboost_tuned"):
+        both = [(t, s) for t, s in pairs if (t, ref, s) in score]
+        if both:
+            wins = sum(score[(t, model, s)] < score[(t, ref, s)] for t, s in both)
+            out[f"wins_vs_{ref}"] = [wins, len(both)]
+    per_table: dict[str, list[float]] = defaultdict(list)
+    for t, s in pairs:
+        refs = [score[(t, g, s)] for g in gbdt if (t, g, s) in score]
+        if len(refs) == len(gbdt) and min(refs) > 0:
+            per_table[t].append(math.log(score[(t, model, s)] / min(refs)))
+    if per_table:
+        logs = np.array([np.mean(v) for v in per_table.values()])
+        rng = np.random.default_rng(seed)
+        draws = rng.choice(logs, size=(BOOTSTRAP_DRAWS, len(logs)), replace=True).mean(axis=1)
+        out["geomean_vs_best_gbdt"] = float(np.exp(logs.mean()))
+        out["interval_95"] = [
+            float(np.exp(np.quantile(draws, 0.025))),
+            float(np.exp(np.quantile(draws, 0.975))),
+        ]
+        out["tables"] = len(logs)
+    return out if len(out) > 1 else None
+
+
+def head_to_head_lines(
+    cells: Mapping[tuple, Mapping[str, Any]], models: list[str], gbdt: list[str]
+) -> list[str]:
+    rows = []
+    for m in models:
+        h = head_to_head(cells, m, gbdt)
+        if h is None:
+            continue
+
+        def wins(ref: str, h: dict[str, Any] = h) -> str:
+            w = h.get(f"wins_vs_{ref}")
+            return f"{w[0]}/{w[1]} ({w[0] / w[1]:.0%})" if w else "–"
+
+        interval = h.get("interval_95")
+        rows.append(
+            [
+                m,
+                wins("catboost"),
+                wins("catboost_tuned"),
+                _fmt(h.get("geomean_vs_best_gbdt"), 3),
+                f"{interval[0]:.3f}-{interval[1]:.3f}" if interval else "–",
+                h.get("tables", "–"),
+            ]
+        )
+    if not rows:
+        return []
+    return [
+        "## Split by split: against CatBoost and the best default GBDT",
+        "",
+        "Wins: the (table, split) pairs where the model's test score beats CatBoost's (lower is "
+        "better). Geo-mean: over tables, the model's score over the best of "
+        + ", ".join(gbdt)
+        + f" on that split (per table the geometric mean over its splits; < 1: the model is better), "
+        f"with a 95% interval from {BOOTSTRAP_DRAWS} bootstrap resamples of the tables.",
+        "",
+        _table(
+            [
+                "model",
+                "wins vs CatBoost",
+                "wins vs tuned CatBoost",
+                "geo-mean / best GBDT",
+                "95% interval",
+                "tables",
+            ],
+            rows,
+        ),
+        "",
+    ]
+
+
 def build_report(
     records: list[Mapping[str, Any]],
     *,
@@ -538,6 +629,9 @@ def build_report(
         )
         md.append(_table(["table", "best GBDT", *neural], rows))
         md.append("")
+
+    if gbdt:
+        md += head_to_head_lines(cells, [m for m in models if m != "catboost"], gbdt)
 
     cls_tables = [t for t in tables if next(iter(scores[t].values()))["primary"] == "log_loss"]
     if cls_tables:

@@ -200,3 +200,26 @@ def test_study_report_of_several_seeds_has_its_own_file_and_the_seed_spread(tmp_
     assert again.name == "tabular_study_npt_seeds3_offset3.md" and "seed + 3 + i" in again.read_text()
     single = st.write_report(study, "npt", tmp_path)
     assert single.name == "tabular_study_npt.md" and "ratio sd" not in single.read_text()
+
+
+def test_head_to_head_counts_split_wins_and_bootstraps_over_tables():
+    def cell(score):
+        return {"status": "ok", "score": score}
+
+    cells = {}
+    for t, (npt, cat, hgb) in {"a": (1.0, 2.0, 4.0), "b": (3.0, 2.0, 1.5), "c": (1.0, 1.0, 1.0)}.items():
+        for s in (0, 1):
+            cells[(t, "npt", s)] = cell(npt)
+            cells[(t, "catboost", s)] = cell(cat)
+            cells[(t, "hgb", s)] = cell(hgb)
+    cells[("a", "catboost_tuned", 0)] = cell(0.5)
+    h = td.head_to_head(cells, "npt", ["catboost", "hgb"])
+    assert h["wins_vs_catboost"] == [2, 6]  # table a's two splits; ties (c) are not wins
+    assert h["wins_vs_catboost_tuned"] == [0, 1]
+    # per table vs the best GBDT: a 1/2, b 3/1.5, c 1/1 -> geometric mean 1
+    assert h["geomean_vs_best_gbdt"] == pytest.approx(1.0) and h["tables"] == 3
+    lo, hi = h["interval_95"]
+    assert 0.5 <= lo < 1.0 < hi <= 2.0
+    assert td.head_to_head({("a", "npt", 0): cell(1.0)}, "npt", ["catboost"]) is None
+    lines = td.head_to_head_lines(cells, ["npt"], ["catboost", "hgb"])
+    assert any(line.startswith("| npt | 2/6 (33%) | 0/1 (0%) | 1") for line in lines), lines
