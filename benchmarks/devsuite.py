@@ -249,17 +249,12 @@ _EXAM_CAT = ("school", "schgend", "vr", "intake", "sex", "type")
 _CHURN_CAT = ("state", "area_code", "international_plan", "voice_mail_plan")
 
 
-def _sklearn_loader(name: str) -> Callable:
-    """A table bundled with scikit-learn (``sklearn.datasets.load_<name>``), as a frame."""
+def _load_diabetes() -> tuple[pd.DataFrame, pd.Series]:
+    """scikit-learn's bundled diabetes table, unscaled, as a frame."""
+    from sklearn.datasets import load_diabetes
 
-    def load() -> tuple[pd.DataFrame, pd.Series]:
-        from sklearn import datasets as sk
-
-        bunch = getattr(sk, f"load_{name}")(as_frame=True, scaled=False) if name == "diabetes" else None
-        X = bunch.data.astype(float)
-        return X.reset_index(drop=True), bunch.target.rename("target").astype(float).reset_index(drop=True)
-
-    return load
+    bunch = load_diabetes(as_frame=True, scaled=False)
+    return bunch.data.astype(float), bunch.target.rename("target").astype(float)
 
 
 _YACHT_CAT = (
@@ -444,7 +439,7 @@ TABLES: dict[str, TableSpec] = {
             "diabetes", "regression", "target",
             "scikit-learn's bundled diabetes table (442 patients; load_diabetes, unscaled); disease "
             "progression after one year",
-            _sklearn_loader("diabetes"), 122, 442,
+            _load_diabetes, 122, 442,
         ),
         TableSpec(
             "default", "binary", "default",
