@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report-only", action="store_true")
     args = parser.parse_args(argv)
     tables = td.split_list(args.tables, ds.TABLES, "tables")
-    models = td.split_list(args.models, ds.NEURAL_MODELS, "models")
+    models = td.split_list(args.models, ds.FAMILIES, "models")
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     unknown = [b for b in backends if b not in BACKENDS]
     if unknown:

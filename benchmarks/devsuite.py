@@ -64,6 +64,7 @@ better; ranks are per table (ties share the mean rank).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -91,10 +92,12 @@ CORE_TABLES = (
     "titanic", "oj", "saratoga", "beps", "chile",
 )  # fmt: skip
 
-DEFAULT_MODELS = ("npt", "spin", "hgb", "rf", "xgb", "lgbm", "catboost")
+DEFAULT_MODELS = ("auto", "npt", "spin", "hgb", "rf", "xgb", "lgbm", "catboost")
 TUNED_MODELS = ("hgb_tuned", "xgb_tuned", "lgbm_tuned", "catboost_tuned")
 ALL_MODELS = DEFAULT_MODELS + TUNED_MODELS
-NEURAL_MODELS = ("npt", "spin")
+# "auto": TableClassifier / TableRegressor at their defaults (NPT and SPIN members together)
+NEURAL_MODELS = ("auto", "npt", "spin")
+FAMILIES = ("npt", "spin")  # the neural models of one family
 GBDT_DEFAULTS = ("hgb", "xgb", "lgbm", "catboost")
 N_THREADS = 2  # every model gets the whole 2-core machine: torch threads, n_jobs, thread_count
 EARLY_STOPPING_ROUNDS = 50  # tuned models: rounds without improvement on the inner validation
@@ -1082,7 +1085,9 @@ def make_model(
     if name in NEURAL_MODELS:
         import semiparam
 
-        if name == "npt":
+        if name == "auto":
+            cls = semiparam.TableRegressor if reg else semiparam.TableClassifier
+        elif name == "npt":
             cls = semiparam.NPTRegressor if reg else semiparam.NPTClassifier
         else:
             cls = semiparam.SPINRegressor if reg else semiparam.SPINClassifier
@@ -1113,6 +1118,15 @@ def model_settings(name: str, model: Any, overrides: Mapping[str, Any] | None = 
             "overrides": jsonable(dict(overrides or {})),
         }
     return model.settings()
+
+
+def family_part(model: Any, family: str) -> Any:
+    """A fitted ``model="auto"`` estimator reduced to the members of one ``family`` (a view that
+    shares their weights): what the family's members of that fit predict together."""
+    part = copy.copy(model)
+    part.learner_ = copy.copy(model.learner_)
+    part.learner_.members = [m for m in model.learner_.members if m.model_name == family]
+    return part
 
 
 def predict_and_score(model: Any, task: str, X: pd.DataFrame, y: pd.Series, n_classes: int) -> dict:
@@ -1158,19 +1172,20 @@ def history_summary(model: Any) -> dict[str, Any] | None:
 
 
 def resolved_configs(model: Any) -> dict[str, Any]:
-    """The train/model configs a fitted neural estimator resolved from its preset (when it exposes
-    them), recorded beside the result."""
-    out: dict[str, Any] = {}
-    learner = getattr(model, "learner_", None)
-    for attr in ("train_config", "model_config"):
-        cfg = getattr(learner, attr, None)
-        if cfg is not None and hasattr(cfg, "to_dict"):
-            try:
-                out[attr] = jsonable(cfg.to_dict())
-            except Exception:  # noqa: BLE001
-                pass
-    members = getattr(learner, "members", None)
-    if members is not None:
+    """The train/model configs a fitted neural estimator resolved from its preset, recorded beside
+    the result: those of its first member, and with members of several families (``model="auto"``)
+    each family's under ``families``."""
+    members = getattr(getattr(model, "learner_", None), "members", None) or []
+    families: dict[str, dict[str, Any]] = {}
+    for member in members:
+        if member.model_name not in families:
+            families[member.model_name] = {
+                attr: jsonable(getattr(member, attr).to_dict()) for attr in ("train_config", "model_config")
+            }
+    out: dict[str, Any] = dict(next(iter(families.values()), {}))
+    if len(families) > 1:
+        out["families"] = families
+    if members:
         out["n_members"] = len(members)
     return out
 
@@ -1213,6 +1228,11 @@ def run_cell(
     if model_name in NEURAL_MODELS:
         out["history"] = history_summary(model)
         out["resolved"] = resolved_configs(model)
+    if model_name == "auto":  # each family's members of the same fit, scored alone (paired)
+        out["family_metrics"] = {
+            name: predict_and_score(family_part(model, name), spec.task, X_te, y_te, len(classes))
+            for name in dict.fromkeys(m.model_name for m in model.learner_.members)
+        }
     if hasattr(model, "tuning_"):
         out["tuning"] = model.tuning_
     if isinstance(model, GBDTModel) or isinstance(getattr(model, "model_", None), GBDTModel):

@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> None:
         done = {r["key"] for r in read_lines(jsonl) if r.get("status") == "ok"}
         tables = [t for t in a.tables.split(",") if t]
         # the profiles first (short), then table by table, so that a run cut short still has whole rows
-        cells = [("profile", t, m, 0) for t in a.profile_tables.split(",") if t for m in ds.NEURAL_MODELS]
+        cells = [("profile", t, m, 0) for t in a.profile_tables.split(",") if t for m in ds.FAMILIES]
         models = [m for m in a.models.split(",") if m]
         unknown = [m for m in models if m not in (*MODELS, *VARIANTS)]
         if unknown:

@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--tables", default=",".join(DEFAULT_TABLES))
-    parser.add_argument("--model", default="npt", choices=devsuite.NEURAL_MODELS)
+    parser.add_argument("--model", default="npt", choices=devsuite.FAMILIES)
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "ablations"))
     parser.add_argument("--report-only", action="store_true")
     args = parser.parse_args(argv)

@@ -455,6 +455,50 @@ def head_to_head_lines(
     ]
 
 
+def family_lines(cells: Mapping[tuple, Mapping[str, Any]], seed: int = 0) -> list[str]:
+    """The recommended ensemble (``auto``) against each family's members of the same fits,
+    scored alone (``family_metrics`` of its records): paired, split by split."""
+    logs: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    wins: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for (table, model, _split), r in sorted(cells.items()):
+        if model != "auto" or r.get("status") != "ok" or not r.get("family_metrics"):
+            continue
+        for family, metrics in r["family_metrics"].items():
+            half = float(metrics[r["primary"]])
+            if half > 0 and float(r["score"]) > 0:
+                logs[family][table].append(math.log(float(r["score"]) / half))
+                wins[family][0] += float(r["score"]) < half
+                wins[family][1] += 1
+    if not logs:
+        return []
+    rows = []
+    for family, per_table in logs.items():
+        table_logs = np.array([np.mean(v) for v in per_table.values()])
+        draws = np.random.default_rng(seed).choice(table_logs, size=(BOOTSTRAP_DRAWS, len(table_logs)))
+        low, high = np.exp(np.quantile(draws.mean(axis=1), [0.025, 0.975]))
+        w, n = wins[family]
+        rows.append(
+            [
+                family,
+                f"{w}/{n} ({w / n:.0%})",
+                _fmt(float(np.exp(table_logs.mean())), 3),
+                f"{low:.3f}-{high:.3f}",
+                len(table_logs),
+            ]
+        )
+    return [
+        "## The recommended ensemble against its families",
+        "",
+        "`auto` (NPT and SPIN members in one ensemble) against the members of each family in the "
+        "same fit, predicting alone: wins are the (table, split) pairs where the whole ensemble "
+        "scores better; the geo-mean is over tables of its score over the family's (< 1: the "
+        f"ensemble is better), with a 95% interval from {BOOTSTRAP_DRAWS} bootstrap resamples of the tables.",
+        "",
+        _table(["family alone", "auto wins", "geo-mean auto / family", "95% interval", "tables"], rows),
+        "",
+    ]
+
+
 def build_report(
     records: list[Mapping[str, Any]],
     *,
@@ -632,6 +676,7 @@ def build_report(
 
     if gbdt:
         md += head_to_head_lines(cells, [m for m in models if m != "catboost"], gbdt)
+    md += family_lines(cells)
 
     cls_tables = [t for t in tables if next(iter(scores[t].values()))["primary"] == "log_loss"]
     if cls_tables:

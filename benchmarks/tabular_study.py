@@ -458,7 +458,7 @@ def enqueue(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", choices=list(ds.NEURAL_MODELS), default="npt")
+    parser.add_argument("--model", choices=list(ds.FAMILIES), default="npt")
     parser.add_argument("--tables", help=f"comma list (default {','.join(ds.SMALL_TABLES)})")
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--timeout", type=float, default=None, help="seconds for this invocation")

@@ -223,3 +223,42 @@ def test_head_to_head_counts_split_wins_and_bootstraps_over_tables():
     assert td.head_to_head({("a", "npt", 0): cell(1.0)}, "npt", ["catboost"]) is None
     lines = td.head_to_head_lines(cells, ["npt"], ["catboost", "hgb"])
     assert "| npt | 2/6 (33%) | 0/1 (0%) | 1 |" in "\n".join(lines)
+
+
+def test_family_lines_compare_auto_with_each_familys_members_split_by_split():
+    def cell(score, npt, spin):
+        metrics = {"npt": {"rmse": npt}, "spin": {"rmse": spin}}
+        return {"status": "ok", "score": score, "primary": "rmse", "family_metrics": metrics}
+
+    cells = {
+        ("a", "auto", 0): cell(1.0, 2.0, 1.0),
+        ("a", "auto", 1): cell(1.0, 2.0, 0.5),
+        ("b", "auto", 0): cell(2.0, 1.0, 4.0),
+        ("b", "npt", 0): {"status": "ok", "score": 9.0},  # not an auto record: ignored
+    }
+    text = "\n".join(td.family_lines(cells))
+    # npt: a 1/2 on both splits, b 2/1 -> geometric mean 1; auto wins 2 of 3 pairs
+    assert "| npt | 2/3 (67%) | 1 |" in text
+    # spin: a 1/1 and 1/0.5 (mean log: log sqrt 2), b 1/2 -> exp((log sqrt2 - log 2) / 2)
+    assert f"| spin | 1/3 (33%) | {2**-0.25:.3f} |" in text
+    assert td.family_lines({("b", "npt", 0): {"status": "ok", "score": 1.0}}) == []
+
+
+@pytest.mark.filterwarnings("ignore:max_steps=2 is below")
+def test_family_part_predicts_with_one_familys_members():
+    import numpy as np
+    import pandas as pd
+
+    import semiparam
+
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame({"a": rng.normal(size=60)})
+    options = {"d_embedding": 8, "n_heads": 2, "dropout": 0.0}
+    model = semiparam.TableRegressor(
+        n_estimators=1, max_steps=2, model_options=options, random_state=0, verbose=False
+    ).fit(X, X["a"])
+    npt = ds.family_part(model, "npt")
+    assert [m.model_name for m in npt.learner_.members] == ["npt"]
+    assert len(model.learner_.members) == 2  # the fitted model is left whole
+    whole, halves = model.predict(X), [ds.family_part(model, f).predict(X) for f in ("npt", "spin")]
+    np.testing.assert_allclose(whole, np.mean(halves, axis=0), rtol=1e-6)

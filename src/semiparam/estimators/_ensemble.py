@@ -129,8 +129,26 @@ def _predict_shard(
     return learner.predict_columns(shard, columns)
 
 
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """The members of one model family in an ensemble: ``n_members`` models of ``model_name``
+    under ``model_config``, trained under ``train_config``."""
+
+    model_name: str
+    model_config: Any
+    train_config: TrainConfig
+    n_members: int
+
+
+# TrainConfig fields that decide how a table is encoded: every family of an ensemble reads one
+# encoding, so they must agree
+ENCODING_FIELDS = ("feature_transform", "min_category_count")
+
+
 class EnsembleLearner:
-    """``n_members`` table models over one encoder (see the module docstring)."""
+    """``n_members`` table models over one encoder (see the module docstring); with
+    ``more_families``, members of several model families (NPT and SPIN), every member's
+    prediction weighing the same in the average."""
 
     # with backend="ray", predictions for more query rows than this are sharded over Ray tasks
     predict_shard_rows = 50_000
@@ -142,33 +160,53 @@ class EnsembleLearner:
         train_config: TrainConfig,
         *,
         n_members: int = 1,
+        more_families: Sequence[Family] = (),
         device: str | torch.device = "auto",
         seed: int = 0,
         verbose: bool | None = None,
         backend: str = "serial",
         ray_address: str | None = None,
     ) -> None:
-        if n_members < 1:
-            raise ValueError(f"n_estimators must be >= 1, got {n_members}")
+        families = [Family(model_name, model_config, train_config, n_members), *more_families]
+        for family in families:
+            if family.n_members < 1:
+                raise ValueError(f"n_estimators must be >= 1, got {family.n_members}")
+            for name in ENCODING_FIELDS:
+                if getattr(family.train_config, name) != getattr(train_config, name):
+                    raise ValueError(
+                        f"the {family.model_name} and {model_name} members read one encoding of the "
+                        f"table, but their {name} differ: {getattr(family.train_config, name)!r} and "
+                        f"{getattr(train_config, name)!r}"
+                    )
         check_backend(backend, ray_address)
         self.backend = backend
         self.ray_address = ray_address
-        self.model_name = model_name
+        self.model_name = "+".join(dict.fromkeys(f.model_name for f in families))
         self.model_config = model_config
         self.train_config = train_config
         self.seed = int(seed)
         self.verbose = verbose
-        budget = train_config.time_budget
-        member_config = (
-            train_config if budget is None else train_config.replace(time_budget=budget / n_members)
-        )
-        self.members = [
-            TableLearner(model_name, model_config, member_config, device=device, seed=s, verbose=verbose)
-            for s in member_seeds(self.seed, n_members)
-        ]
-        if n_members > 1:
+        total = sum(f.n_members for f in families)
+        seeds = iter(member_seeds(self.seed, total))
+        self.members = []
+        for family in families:
+            config = family.train_config
+            if config.time_budget is not None:  # the budget is the whole fit's: a share each
+                config = config.replace(time_budget=config.time_budget / total)
+            self.members += [
+                TableLearner(
+                    family.model_name,
+                    family.model_config,
+                    config,
+                    device=device,
+                    seed=next(seeds),
+                    verbose=verbose,
+                )
+                for _ in range(family.n_members)
+            ]
+        if total > 1:
             for k, member in enumerate(self.members):
-                member.label = f"member {k + 1} of {n_members}"
+                member.label = f"member {k + 1} of {total}"
         self.encoder: TableEncoder | None = None
         self.history: EnsembleHistory | None = None
 
@@ -400,26 +438,36 @@ class EnsembleLearner:
 
     def _fit_together(self, enc: EncodedTable, enc_u: EncodedTable | None) -> None:
         assert self.encoder is not None
-        plans, setups = [], []
+        # one stack per model family (a stack is one architecture), the families one after the
+        # other, each with its share of a time budget
+        families: dict[str, list[TableLearner]] = {}
         for member in self.members:
-            member.train_config = self.train_config  # one time budget for all: they train at once
-            setup = member.training_setup(self.encoder, enc, enc_u)
-            if member is not self.members[0]:  # one progress bar, the first member's
-                setup.callbacks[0] = ProgressBar(False)
-            member.module, _ = seeded_build(member._build_module, member.seed, member.device)
-            plans.append(
-                MemberPlan(member.module, setup.sampler, setup.generator, setup.evaluate, setup.callbacks)
+            families.setdefault(member.model_name, []).append(member)
+        budget = self.train_config.time_budget
+        for group in families.values():
+            config = group[0].train_config
+            if budget is not None:  # the members of a stack train at once: the stack's share each
+                config = config.replace(time_budget=budget * len(group) / len(self.members))
+            plans, setups = [], []
+            for member in group:
+                member.train_config = config
+                setup = member.training_setup(self.encoder, enc, enc_u)
+                if member is not self.members[0]:  # one progress bar, the first member's
+                    setup.callbacks[0] = ProgressBar(False)
+                member.module, _ = seeded_build(member._build_module, member.seed, member.device)
+                plans.append(
+                    MemberPlan(member.module, setup.sampler, setup.generator, setup.evaluate, setup.callbacks)
+                )
+                setups.append(setup)
+            # one dropout stream for the stack, from the ensemble's seed and the stack's first member
+            dropout = torch.Generator(device=self.device).manual_seed(
+                self.seed + self.members.index(group[0])
             )
-            setups.append(setup)
-        # one dropout stream for the stack, from the ensemble's seed
-        dropout = torch.Generator(device=self.device).manual_seed(self.seed)
-        first = self.members[0]
-        histories = train_members(
-            plans, first.schema.layout(), first.target_mask(), self.train_config, dropout
-        )
-        for member, setup, history in zip(self.members, setups, histories, strict=True):
-            member.history = history
-            member.finish_fit(setup, enc)
+            first = group[0]
+            histories = train_members(plans, first.schema.layout(), first.target_mask(), config, dropout)
+            for member, setup, history in zip(group, setups, histories, strict=True):
+                member.history = history
+                member.finish_fit(setup, enc)
 
     def describe_fit(self, checkpoint_dir: str | Path | None = None) -> str:
         """Where and how the members train, e.g. ``"3 npt members on cuda, bf16 autocast"``."""
@@ -433,7 +481,11 @@ class EnsembleLearner:
             together = f", {workers} at a time in threads of one PyTorch thread each"
         else:
             together = ""
-        return f"{n} {self.model_name} member{'s' if n > 1 else ''} on {self.device}, {how}{together}"
+        counts: dict[str, int] = {}
+        for m in self.members:
+            counts[m.model_name] = counts.get(m.model_name, 0) + 1
+        who = " + ".join(f"{k} {name}" for name, k in counts.items())
+        return f"{who} member{'s' if n > 1 else ''} on {self.device}, {how}{together}"
 
     def use_backend(self, backend: str, ray_address: str | None = None) -> None:
         """Where later fits and large predictions run (``"serial"`` or ``"ray"``)."""
@@ -556,7 +608,8 @@ class EnsembleLearner:
             extra, history = meta["estimator"], EnsembleHistory.from_dict(meta["history"])
         first = members[0]
         ens = cls.__new__(cls)
-        ens.model_name, ens.model_config = first.model_name, first.model_config
+        ens.model_name = "+".join(dict.fromkeys(m.model_name for m in members))
+        ens.model_config = first.model_config
         ens.train_config, ens.seed = first.train_config, first.seed
         ens.members, ens.encoder, ens.history = members, first.encoder, history
         ens.backend, ens.ray_address = "serial", None  # how it was fitted is not part of the model

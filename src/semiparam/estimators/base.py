@@ -20,9 +20,9 @@ from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from .._config import ConfigError
 from ..data.table import DataValidationError, check_table
-from ..models.registry import get_model
+from ..models.registry import get_model, model_names
 from ..training.config import TrainConfig
-from ._ensemble import EnsembleLearner
+from ._ensemble import EnsembleLearner, Family
 
 # estimator arguments that override fields of TrainConfig when not None
 _TRAIN_ARGS = (
@@ -43,6 +43,11 @@ _TRAIN_ARGS = (
 _DEFAULT_MEMBERS = {("spin", "cpu"): 3, ("npt", "cpu"): 3}
 
 
+# model="auto" (the recommended estimator): members of these families in one ensemble
+AUTO = "auto"
+AUTO_FAMILIES = ("npt", "spin")
+
+
 def default_members(model: str, preset: str) -> int:
     """Ensemble members an estimator trains when ``n_estimators`` is None."""
     return _DEFAULT_MEMBERS.get((model, preset), 1)
@@ -56,12 +61,15 @@ class TableEstimatorMixin(BaseEstimator):
     # or train_options entry still wins)
     _train_defaults: dict[str, Any] = {}
 
-    def _configs(self) -> tuple[Any, TrainConfig]:
-        config_cls, _ = get_model(self._model_name)
+    def _configs(self, model_name: str | None = None) -> tuple[Any, TrainConfig]:
+        """The model and training configs of ``model_name`` (default: this estimator's model)."""
+        model_name = model_name or self._model_name
+        config_cls, _ = get_model(model_name)
         model_config = config_cls.preset(self.preset)
-        if self.model_options:
-            model_config = config_cls.from_dict(dict(self.model_options), base=model_config)
-        train_config = TrainConfig.preset(self.preset, model=self._model_name)
+        options = self._model_options(model_name)
+        if options:
+            model_config = config_cls.from_dict(options, base=model_config)
+        train_config = TrainConfig.preset(self.preset, model=model_name)
         explicit = {name: getattr(self, name) for name in _TRAIN_ARGS if getattr(self, name) is not None}
         options = dict(self.train_options or {})
         clash = sorted(set(explicit) & set(options))
@@ -85,19 +93,48 @@ class TableEstimatorMixin(BaseEstimator):
     def _adjust_model_config(self, model_config: Any) -> Any:
         return model_config
 
+    def _model_options(self, model_name: str) -> dict[str, Any]:
+        """``model_options`` for ``model_name``. With ``model="auto"`` an entry named after a
+        family (``"npt": {...}``) holds that family's options, and any other entry is an option
+        of every family."""
+        options = dict(self.model_options or {})
+        if self._model_name != AUTO:
+            return options
+        for name, value in options.items():
+            if name in AUTO_FAMILIES and not isinstance(value, dict):
+                raise ConfigError(f"model_options[{name!r}] must be a dict of {name} options, got {value!r}")
+        shared = {k: v for k, v in options.items() if k not in AUTO_FAMILIES}
+        return {**shared, **options.get(model_name, {})}
+
     def _new_learner(self) -> EnsembleLearner:
-        model_config, train_config = self._configs()
-        seed = check_random_state(self.random_state).randint(0, 2**31 - 1)
+        model = self._model_name
+        if model != AUTO:
+            try:
+                get_model(model)
+            except ValueError:
+                raise ConfigError(
+                    f"unknown model {model!r}; choose {AUTO!r} (NPT and SPIN together) or one of "
+                    f"{model_names()}"
+                ) from None
+        names = AUTO_FAMILIES if model == AUTO else (model,)
         n_members = getattr(self, "n_estimators", None)
-        if n_members is None:
-            n_members = default_members(self._model_name, self.preset)
-        if isinstance(n_members, bool) or not isinstance(n_members, (int, np.integer)) or n_members < 1:
+        if n_members is not None and (
+            isinstance(n_members, bool) or not isinstance(n_members, (int, np.integer)) or n_members < 1
+        ):
             raise ConfigError(f"n_estimators must be an integer >= 1, got {n_members!r}")
+        families = []
+        for name in names:
+            model_config, train_config = self._configs(name)
+            n = default_members(name, self.preset) if n_members is None else int(n_members)
+            families.append(Family(name, model_config, train_config, n))
+        seed = check_random_state(self.random_state).randint(0, 2**31 - 1)
+        first = families[0]
         return EnsembleLearner(
-            self._model_name,
-            model_config,
-            train_config,
-            n_members=int(n_members),
+            first.model_name,
+            first.model_config,
+            first.train_config,
+            n_members=first.n_members,
+            more_families=families[1:],
             device=self.device,
             seed=seed,
             verbose=self.verbose,

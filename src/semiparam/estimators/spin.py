@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .tabular import TableClassifier, TableRegressor
+from .tabular import TableClassifier, TableRegressor, single_family
 
 _SPIN_DOC = """
     After ``fit`` the whole training set is encoded, exactly and in chunks, into the model's h
@@ -36,15 +36,18 @@ def _doc(title: str, base_doc: str | None) -> str:
     return f"{title}\n{_SPIN_DOC}{rest}"
 
 
+@single_family
 class SPINClassifier(TableClassifier):
     __doc__ = _doc(
-        "Semi-Parametric Inducing Point Network classifier (Rastogi et al. 2023).", TableClassifier.__doc__
+        "Semi-Parametric Inducing Point Network classifier (Rastogi et al. 2023).",
+        TableClassifier._family_doc,
     )
     _model_name = "spin"
 
 
+@single_family
 class SPINRegressor(TableRegressor):
     __doc__ = _doc(
-        "Semi-Parametric Inducing Point Network regressor (Rastogi et al. 2023).", TableRegressor.__doc__
+        "Semi-Parametric Inducing Point Network regressor (Rastogi et al. 2023).", TableRegressor._family_doc
     )
     _model_name = "spin"

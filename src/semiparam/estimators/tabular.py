@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import inspect
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from ..data.columns import CATEGORICAL, CONTINUOUS
 from ..data.table import ColumnSpec, DataValidationError, TableSchema, infer_schema, integer_labels
-from .base import TableEstimatorMixin
+from .base import AUTO, TableEstimatorMixin
 from .explain import ExplainMixin
 
 TARGET = "__target__"
@@ -272,13 +273,58 @@ _PARAMS_DOC = """
 """
 
 
+_MODEL_DOC = """
+    The model is chosen by ``model``: ``"auto"`` (default) trains NPT and SPIN members together
+    in one ensemble and averages their predictions (each member weighs the same);
+    ``"npt"`` or ``"spin"`` trains one family, as :class:`NPTClassifier` / :class:`SPINClassifier`
+    and their regressors do.
+"""
+_MODEL_PARAM = """    model : {"auto", "npt", "spin"}
+        The model family. With ``"auto"``, ``n_estimators`` counts the members of each family,
+        and ``model_options`` may hold one family's options under its name
+        (``{"spin": {"n_inducing_points": 20}}``; other entries apply to both).
+"""
+
+
+def _with_model(params_doc: str) -> str:
+    """The parameters section ``params_doc`` with ``model`` as its first entry."""
+    header = "    ----------\n"
+    head, _, rest = params_doc.partition(header)
+    return _MODEL_DOC + head + header + _MODEL_PARAM + rest
+
+
+def single_family(cls: type) -> type:
+    """Class decorator for the estimators of one model family (``_model_name``): their
+    ``__init__`` is the parent's without the ``model`` parameter, which they refuse."""
+    parent_init = cls.__mro__[1].__init__
+    signature = inspect.signature(parent_init)
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if "model" in kwargs:
+            raise TypeError(
+                f"{type(self).__name__} always trains {self._model_name.upper()} models and takes no "
+                "'model' argument; TableClassifier and TableRegressor choose the family with model="
+            )
+        parent_init(self, *args, **kwargs)
+        del self.model  # the class decides the family
+
+    __init__.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[p for name, p in signature.parameters.items() if name != "model"]
+    )
+    __init__.__doc__ = parent_init.__doc__
+    cls.__init__ = __init__  # type: ignore[misc]
+    return cls
+
+
 class TableClassifier(ClassifierMixin, _SupervisedTableEstimator):
-    __doc__ = "Classify rows of a table with a table model.\n" + _PARAMS_DOC
+    __doc__ = "Classify rows of a table with the recommended table models.\n" + _with_model(_PARAMS_DOC)
+    _family_doc = "Classify rows of a table.\n" + _PARAMS_DOC  # NPTClassifier, SPINClassifier
 
     def __init__(
         self,
         preset: str = "cpu",
         *,
+        model: str = AUTO,
         max_steps: int | None = None,
         batch_size: int | None = None,
         learning_rate: float | None = None,
@@ -298,6 +344,10 @@ class TableClassifier(ClassifierMixin, _SupervisedTableEstimator):
         ray_address: str | None = None,
     ) -> None:
         _common_init(self, **{k: v for k, v in locals().items() if k not in ("self", "__class__")})
+
+    @property
+    def _model_name(self) -> str:  # type: ignore[override]
+        return self.model
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
@@ -382,19 +432,23 @@ class TableClassifier(ClassifierMixin, _SupervisedTableEstimator):
 
 
 class TableRegressor(RegressorMixin, _ContinuousLossMixin, _SupervisedTableEstimator):
-    __doc__ = (
-        "Regress one or several continuous targets with a table model.\n"
+    _family_doc = (
+        "Regress one or several continuous targets.\n"
         + _PARAMS_DOC
         + """    loss : {"squared_error", "gaussian"}
         ``squared_error`` is the paper's objective; ``gaussian`` adds a predictive standard
         deviation (``predict(X, return_std=True)``).
 """
     )
+    __doc__ = "Regress one or several continuous targets with the recommended table models.\n" + _with_model(
+        _family_doc.partition("\n")[2]
+    )
 
     def __init__(
         self,
         preset: str = "cpu",
         *,
+        model: str = AUTO,
         loss: str = "squared_error",
         max_steps: int | None = None,
         batch_size: int | None = None,
@@ -415,6 +469,10 @@ class TableRegressor(RegressorMixin, _ContinuousLossMixin, _SupervisedTableEstim
         ray_address: str | None = None,
     ) -> None:
         _common_init(self, **{k: v for k, v in locals().items() if k not in ("self", "__class__")})
+
+    @property
+    def _model_name(self) -> str:  # type: ignore[override]
+        return self.model
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
