@@ -1120,13 +1120,37 @@ def model_settings(name: str, model: Any, overrides: Mapping[str, Any] | None = 
     return model.settings()
 
 
-def family_part(model: Any, family: str) -> Any:
-    """A fitted ``model="auto"`` estimator reduced to the members of one ``family`` (a view that
-    shares their weights): what the family's members of that fit predict together."""
-    part = copy.copy(model)
-    part.learner_ = copy.copy(model.learner_)
-    part.learner_.members = [m for m in model.learner_.members if m.model_name == family]
-    return part
+def compositions(model: Any) -> dict[str, Any]:
+    """A fitted ``model="auto"`` estimator's sub-ensembles: for every count ``i`` of its NPT
+    members and ``j`` of its SPIN members (the first ones of each), a view ``"i+j"`` that predicts
+    with those members only and shares their weights. Each member predicts once: the views read
+    its first prediction again (they are only asked about one set of rows)."""
+    members = model.learner_.members
+    for member in members:
+        member.predict_columns = _first_prediction(member.predict_columns)
+    npt = [m for m in members if m.model_name == "npt"]
+    spin = [m for m in members if m.model_name == "spin"]
+    views = {}
+    for i in range(len(npt) + 1):
+        for j in range(len(spin) + 1):
+            if i + j:
+                view = copy.copy(model)
+                view.learner_ = copy.copy(model.learner_)
+                view.learner_.members = npt[:i] + spin[:j]
+                views[f"{i}+{j}"] = view
+    return views
+
+
+def _first_prediction(predict: Callable[..., Any]) -> Callable[..., Any]:
+    cache: dict[tuple, Any] = {}
+
+    def first(frame: Any, columns: Any, *, absent: Any = ()) -> Any:
+        key = tuple(columns)
+        if key not in cache:
+            cache[key] = predict(frame, columns, absent=absent)
+        return cache[key]
+
+    return first
 
 
 def predict_and_score(model: Any, task: str, X: pd.DataFrame, y: pd.Series, n_classes: int) -> dict:
@@ -1228,10 +1252,10 @@ def run_cell(
     if model_name in NEURAL_MODELS:
         out["history"] = history_summary(model)
         out["resolved"] = resolved_configs(model)
-    if model_name == "auto":  # each family's members of the same fit, scored alone (paired)
-        out["family_metrics"] = {
-            name: predict_and_score(family_part(model, name), spec.task, X_te, y_te, len(classes))
-            for name in dict.fromkeys(m.model_name for m in model.learner_.members)
+    if model_name == "auto":  # sub-ensembles of the same fit, scored alone (paired comparisons)
+        out["composition_metrics"] = {
+            label: predict_and_score(part, spec.task, X_te, y_te, len(classes))
+            for label, part in compositions(model).items()
         }
     if hasattr(model, "tuning_"):
         out["tuning"] = model.tuning_

@@ -406,7 +406,12 @@ def head_to_head(
 
 
 def head_to_head_lines(
-    cells: Mapping[tuple, Mapping[str, Any]], models: list[str], gbdt: list[str]
+    cells: Mapping[tuple, Mapping[str, Any]],
+    models: list[str],
+    gbdt: list[str],
+    *,
+    title: str = "Split by split: against CatBoost and the best default GBDT",
+    intro: str = "",
 ) -> list[str]:
     rows = []
     for m in models:
@@ -432,9 +437,9 @@ def head_to_head_lines(
     if not rows:
         return []
     return [
-        "## Split by split: against CatBoost and the best default GBDT",
+        f"## {title}",
         "",
-        "Wins: the (table, split) pairs where the model's test score beats CatBoost's (lower is "
+        intro + "Wins: the (table, split) pairs where the model's test score beats CatBoost's (lower is "
         "better). Geo-mean: over tables, the model's score over the best of "
         + ", ".join(gbdt)
         + f" on that split (per table the geometric mean over its splits; < 1: the model is better), "
@@ -455,48 +460,17 @@ def head_to_head_lines(
     ]
 
 
-def family_lines(cells: Mapping[tuple, Mapping[str, Any]], seed: int = 0) -> list[str]:
-    """The recommended ensemble (``auto``) against each family's members of the same fits,
-    scored alone (``family_metrics`` of its records): paired, split by split."""
-    logs: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    wins: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for (table, model, _split), r in sorted(cells.items()):
-        if model != "auto" or r.get("status") != "ok" or not r.get("family_metrics"):
+def composition_cells(cells: Mapping[tuple, Mapping[str, Any]]) -> dict[tuple, dict[str, Any]]:
+    """The sub-ensembles of the ``auto`` records (``composition_metrics``: the first ``i`` NPT and
+    ``j`` SPIN members of each fit, predicting alone) as cells of pseudo-models named
+    ``"auto i+j"``."""
+    out: dict[tuple, dict[str, Any]] = {}
+    for (table, model, split), r in cells.items():
+        if model != "auto" or r.get("status") != "ok":
             continue
-        for family, metrics in r["family_metrics"].items():
-            half = float(metrics[r["primary"]])
-            if half > 0 and float(r["score"]) > 0:
-                logs[family][table].append(math.log(float(r["score"]) / half))
-                wins[family][0] += float(r["score"]) < half
-                wins[family][1] += 1
-    if not logs:
-        return []
-    rows = []
-    for family, per_table in logs.items():
-        table_logs = np.array([np.mean(v) for v in per_table.values()])
-        draws = np.random.default_rng(seed).choice(table_logs, size=(BOOTSTRAP_DRAWS, len(table_logs)))
-        low, high = np.exp(np.quantile(draws.mean(axis=1), [0.025, 0.975]))
-        w, n = wins[family]
-        rows.append(
-            [
-                family,
-                f"{w}/{n} ({w / n:.0%})",
-                _fmt(float(np.exp(table_logs.mean())), 3),
-                f"{low:.3f}-{high:.3f}",
-                len(table_logs),
-            ]
-        )
-    return [
-        "## The recommended ensemble against its families",
-        "",
-        "`auto` (NPT and SPIN members in one ensemble) against the members of each family in the "
-        "same fit, predicting alone: wins are the (table, split) pairs where the whole ensemble "
-        "scores better; the geo-mean is over tables of its score over the family's (< 1: the "
-        f"ensemble is better), with a 95% interval from {BOOTSTRAP_DRAWS} bootstrap resamples of the tables.",
-        "",
-        _table(["family alone", "auto wins", "geo-mean auto / family", "95% interval", "tables"], rows),
-        "",
-    ]
+        for label, metrics in (r.get("composition_metrics") or {}).items():
+            out[(table, f"auto {label}", split)] = {"status": "ok", "score": metrics[r["primary"]]}
+    return out
 
 
 def build_report(
@@ -676,7 +650,17 @@ def build_report(
 
     if gbdt:
         md += head_to_head_lines(cells, [m for m in models if m != "catboost"], gbdt)
-    md += family_lines(cells)
+    parts = composition_cells(cells)
+    if parts and gbdt:
+        names = sorted({m for (_, m, _) in parts}, key=lambda m: tuple(map(int, m.split()[1].split("+"))))
+        md += head_to_head_lines(
+            {**cells, **parts},
+            names,
+            gbdt,
+            title="Sub-ensembles of auto: i NPT + j SPIN members of the same fits",
+            intro="`auto i+j`: the first i NPT and j SPIN members of each `auto` fit, predicting "
+            "together without the others (their fit time is not measured here). ",
+        )
 
     cls_tables = [t for t in tables if next(iter(scores[t].values()))["primary"] == "log_loss"]
     if cls_tables:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Set up a virtual environment and run the demo or the tests, on a fresh machine with only Python.
 
-    python3 scripts/run.py demo            # NPT vs gradient boosting on breast cancer (a few minutes)
+    python3 scripts/run.py demo            # NPT + SPIN vs gradient boosting on breast cancer (a few minutes)
     python3 scripts/run.py test            # the default test suite (pytest -m 'not slow')
     python3 scripts/run.py test -m slow    # extra pytest arguments are passed through
 

@@ -9,6 +9,8 @@ import pytest
 from semiparam.cli.main import main
 
 TINY_SETS = [
+    "--model",
+    "npt",
     "--set",
     "model.d_embedding=8",
     "--set",
@@ -63,7 +65,9 @@ def test_parquet_input(tmp_path, mixed_frame):
 
 def test_config_file_and_errors(tmp_path, csv, capsys):
     toml = tmp_path / "c.toml"
-    toml.write_text("[model]\nd_embedding = 8\nn_heads = 2\nn_blocks = 2\n[train]\nmax_steps = 5\n")
+    toml.write_text(
+        "[model]\nd_embedding = 8\nn_heads = 2\n[model.npt]\nn_blocks = 2\n[train]\nmax_steps = 5\n"
+    )
     assert (
         main(
             [
@@ -139,3 +143,20 @@ def test_overrides_read_toml_values_and_none() -> None:
     assert parse_override("train.patience=Null") == ("train.patience", None)
     with pytest.raises(ValueError, match="key=value"):
         parse_override("train.patience")
+
+
+def test_fit_trains_the_recommended_estimator_by_default(tmp_path, csv, capsys):
+    run = tmp_path / "run"
+    sets = [
+        "--set",
+        "model.d_embedding=8",
+        "--set",
+        "model.n_heads=2",
+        "--set",
+        "train.max_steps=5",
+        "--quiet",
+    ]
+    assert main(["fit", str(csv), "--target", "target", "--out", str(run), *ONE, *sets]) == 0
+    meta = json.loads((run / "model" / "semiparam.json").read_text())
+    assert meta["estimator"]["params"]["model"] == "auto" and meta["n_members"] == 2
+    assert "fitted auto" in capsys.readouterr().out

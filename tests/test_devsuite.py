@@ -225,27 +225,25 @@ def test_head_to_head_counts_split_wins_and_bootstraps_over_tables():
     assert "| npt | 2/6 (33%) | 0/1 (0%) | 1 |" in "\n".join(lines)
 
 
-def test_family_lines_compare_auto_with_each_familys_members_split_by_split():
-    def cell(score, npt, spin):
-        metrics = {"npt": {"rmse": npt}, "spin": {"rmse": spin}}
-        return {"status": "ok", "score": score, "primary": "rmse", "family_metrics": metrics}
-
+def test_composition_cells_become_pseudo_models_beside_the_baselines():
+    metrics = {"1+0": {"rmse": 2.0}, "0+1": {"rmse": 1.0}, "1+1": {"rmse": 1.5}}
     cells = {
-        ("a", "auto", 0): cell(1.0, 2.0, 1.0),
-        ("a", "auto", 1): cell(1.0, 2.0, 0.5),
-        ("b", "auto", 0): cell(2.0, 1.0, 4.0),
-        ("b", "npt", 0): {"status": "ok", "score": 9.0},  # not an auto record: ignored
+        ("a", "auto", 0): {"status": "ok", "score": 1.5, "primary": "rmse", "composition_metrics": metrics},
+        ("a", "catboost", 0): {"status": "ok", "score": 1.2},
+        ("a", "npt", 0): {"status": "ok", "score": 9.0},
     }
-    text = "\n".join(td.family_lines(cells))
-    # npt: a 1/2 on both splits, b 2/1 -> geometric mean 1; auto wins 2 of 3 pairs
-    assert "| npt | 2/3 (67%) | 1 |" in text
-    # spin: a 1/1 and 1/0.5 (mean log: log sqrt 2), b 1/2 -> exp((log sqrt2 - log 2) / 2)
-    assert f"| spin | 1/3 (33%) | {2**-0.25:.3f} |" in text
-    assert td.family_lines({("b", "npt", 0): {"status": "ok", "score": 1.0}}) == []
+    parts = td.composition_cells(cells)
+    assert parts == {
+        ("a", "auto 1+0", 0): {"status": "ok", "score": 2.0},
+        ("a", "auto 0+1", 0): {"status": "ok", "score": 1.0},
+        ("a", "auto 1+1", 0): {"status": "ok", "score": 1.5},
+    }
+    text = "\n".join(td.head_to_head_lines({**cells, **parts}, ["auto 0+1"], ["catboost"], title="Parts"))
+    assert text.startswith("## Parts") and "| auto 0+1 | 1/1 (100%) |" in text
 
 
 @pytest.mark.filterwarnings("ignore:max_steps=2 is below")
-def test_family_part_predicts_with_one_familys_members():
+def test_compositions_predict_with_the_first_members_of_each_family():
     import numpy as np
     import pandas as pd
 
@@ -255,10 +253,14 @@ def test_family_part_predicts_with_one_familys_members():
     X = pd.DataFrame({"a": rng.normal(size=60)})
     options = {"d_embedding": 8, "n_heads": 2, "dropout": 0.0}
     model = semiparam.TableRegressor(
-        n_estimators=1, max_steps=2, model_options=options, random_state=0, verbose=False
+        n_estimators=2, max_steps=2, model_options=options, random_state=0, verbose=False
     ).fit(X, X["a"])
-    npt = ds.family_part(model, "npt")
-    assert [m.model_name for m in npt.learner_.members] == ["npt"]
-    assert len(model.learner_.members) == 2  # the fitted model is left whole
-    whole, halves = model.predict(X), [ds.family_part(model, f).predict(X) for f in ("npt", "spin")]
-    np.testing.assert_allclose(whole, np.mean(halves, axis=0), rtol=1e-6)
+    whole = model.predict(X)
+    npt, spin = model.learner_.members[:2], model.learner_.members[2:]
+    views = ds.compositions(model)
+    assert sorted(views) == ["0+1", "0+2", "1+0", "1+1", "1+2", "2+0", "2+1", "2+2"]
+    assert views["2+1"].learner_.members == [*npt, spin[0]]
+    assert len(model.learner_.members) == 4  # the fitted model is left whole
+    np.testing.assert_allclose(views["2+2"].predict(X), whole, rtol=1e-6)
+    halves = [views["2+0"].predict(X), views["0+2"].predict(X)]
+    np.testing.assert_allclose(np.mean(halves, axis=0), whole, rtol=1e-6)

@@ -67,6 +67,8 @@ def fit_command(data: Path, out: Path, steps: int, extra: list[str], processes: 
         "--out",
         str(out),
         "--quiet",
+        "--model",
+        "npt",
         "--n-estimators",
         "1",
         "--seed",

@@ -184,7 +184,7 @@ def test_analyses_report_and_command_line(tmp_path, tiny_classifier):
     data = tmp_path / "train.csv"
     X.assign(label=y).to_csv(data, index=False)
     run = tmp_path / "run"
-    assert cli_main(["fit", str(data), "--target", "label", "--quiet", "--out", str(run),
+    assert cli_main(["fit", str(data), "--target", "label", "--model", "npt", "--quiet", "--out", str(run),
                      "--set", "train.max_steps=10", "--set", "model.d_embedding=8",
                      "--set", "model.n_heads=2"]) == 0  # fmt: skip
     few = tmp_path / "few.csv"

@@ -406,7 +406,7 @@ def test_cli_weight_column_and_the_validation_scores_in_metrics(tmp_path: Path) 
     frame = labelled(80)
     frame["w"] = np.where(np.arange(len(frame)) % 4 == 0, 0.0, 1.5)
     frame.to_csv(tmp_path / "t.csv", index=False)
-    common = ["--set", "train.max_steps=3", "--quiet", "--n-estimators", "2"]
+    common = ["--set", "train.max_steps=3", "--quiet", "--n-estimators", "2", "--model", "npt"]
     out = tmp_path / "run"
     assert (
         main(

@@ -96,12 +96,12 @@ def test_one_family_through_model(frame):
 
 def test_family_options_and_shared_options(frame):
     X, _, y = frame
-    options = {"dropout": 0.0, "npt": {"ff_multiplier": 1}, "spin": {"n_inducing_points": 3}}
+    options = {"dropout": 0.2, "npt": {"ff_multiplier": 3}, "spin": {"n_inducing_points": 3}}
     reg = TableRegressor(n_estimators=1, max_steps=2, model_options=options, random_state=0, verbose=False)
     reg.fit(X.iloc[:70], y[:70])
     npt, spin = (m.model_config for m in reg.learner_.members)
-    assert npt.ff_multiplier == 1 and npt.dropout == 0.0
-    assert spin.n_inducing_points == 3 and spin.dropout == 0.0
+    assert npt.ff_multiplier == 3 and npt.dropout == 0.2
+    assert spin.n_inducing_points == 3 and spin.dropout == 0.2
 
 
 @pytest.mark.parametrize(

@@ -207,7 +207,18 @@ def test_cli_fit_resume(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     X.assign(y=y).to_csv(tmp_path / "data.csv", index=False)
     run = tmp_path / "run"
     sets = ["--set", "model.d_embedding=8", "--set", "model.n_blocks=2", "--set", "train.max_steps=8"]
-    base = ["fit", str(tmp_path / "data.csv"), "--target", "y", "--out", str(run), "--quiet", *sets]
+    base = [
+        "fit",
+        str(tmp_path / "data.csv"),
+        "--target",
+        "y",
+        "--model",
+        "npt",
+        "--out",
+        str(run),
+        "--quiet",
+        *sets,
+    ]
     assert main([*base, "--resume"]) == 2  # nothing to resume yet
     assert "no training checkpoint to resume" in capsys.readouterr().err
     assert main(base) == 0

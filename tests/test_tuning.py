@@ -189,7 +189,7 @@ def test_cli_tune_then_fit_with_the_best_settings(tmp_path: Path, capsys: pytest
     argv = ["tune", str(data), "--target", "y", "--trials", "2", "--out", str(out), "--threads", "1", *sets]
     assert main(argv) == 0
     printed = capsys.readouterr().out
-    assert "2 of 2 trials finished" in printed and "best.toml" in printed
+    assert "2 of 2 trials finished" in printed and "--model npt --config" in printed
     assert main(argv) == 2  # the directory exists: refused without --force
     assert "already exists" in capsys.readouterr().err
     run = tmp_path / "run"
@@ -200,6 +200,8 @@ def test_cli_tune_then_fit_with_the_best_settings(tmp_path: Path, capsys: pytest
                 str(data),
                 "--target",
                 "y",
+                "--model",
+                "npt",
                 "--config",
                 str(out / "best.toml"),
                 "--out",

@@ -316,12 +316,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"semiparam {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def common(p: argparse.ArgumentParser, training: bool = True) -> None:
+    def common(p: argparse.ArgumentParser, training: bool = True, model: str = "npt") -> None:
         p.add_argument("--device", default="auto", help="auto (CUDA, MPS, else CPU), cpu, cuda:1...")
         p.add_argument("--quiet", action="store_true", help="no progress bar")
         p.add_argument("--na-values", help="extra strings read as missing, comma-separated (e.g. '?,NULL')")
         if training:
-            p.add_argument("--model", default="npt", help="table model: npt | spin")
+            choices = "auto (NPT and SPIN members together) | npt | spin" if model == "auto" else "npt | spin"
+            p.add_argument("--model", default=model, help=f"table model: {choices} (default {model})")
             p.add_argument("--preset", default="cpu", help="cpu | small | base (spin also: spin16 | spin64)")
             p.add_argument("--config", help="TOML file with [model] and [train] tables")
             p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override a setting")
@@ -351,10 +352,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--n-estimators",
         type=int,
         default=None,
-        help="ensemble members (default: the preset's, 3 for the cpu preset, 1 for the paper presets)",
+        help="ensemble members (default: the preset's, 3 for the cpu preset, 1 for the paper presets; "
+        "with --model auto, of each family)",
     )
     ray_options(p, "the ensemble members")
-    common(p)
+    common(p, model="auto")
     p.set_defaults(func=cmd_fit)
 
     p = sub.add_parser("predict", help="predict the targets of a table with a fitted run")

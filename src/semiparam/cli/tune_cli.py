@@ -47,9 +47,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     print(f"  best       {result.best_score:.6g}")
     for key, value in result.best_params.items():
         print(f"    {key} = {value!r}")
-    fit = ["semiparam", "fit", args.data, "--target", args.target, "--config", f"{args.out}/best.toml"]
-    if args.model != "npt":
-        fit += ["--model", args.model]
+    # the settings are the tuned family's: fit that family (fit's default trains NPT and SPIN)
+    fit = ["semiparam", "fit", args.data, "--target", args.target, "--model", args.model]
+    fit += ["--config", f"{args.out}/best.toml"]
     print(f"wrote {args.out}/trials.csv, best.toml and tune.json; fit with the best settings:")
     print("  " + " ".join(shlex.quote(a) for a in fit))
     return 0

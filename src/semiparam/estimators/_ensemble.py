@@ -231,7 +231,9 @@ class EnsembleLearner:
 
     @property
     def keeps_training_rows(self) -> bool:
-        return self.members[0].keeps_training_rows
+        """Whether every member predicts from stored rows (NPT); False where any predicts from an
+        encoding of them (SPIN)."""
+        return all(m.keeps_training_rows for m in self.members)
 
     def validation_summary(self) -> dict[str, Any]:
         """Each member's scores on its own validation rows (:attr:`TableLearner.validation_scores`:

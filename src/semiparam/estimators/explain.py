@@ -103,9 +103,12 @@ class Explainer:
 
     def require_rows(self, why: str) -> list[tuple[EncodedTable, np.ndarray]]:
         if any(c is None for c in self.contexts):
+            encoded = sorted(
+                {m.model_name.upper() for m, c in zip(self.members, self.contexts, strict=True) if c is None}
+            )
             raise ValueError(
-                f"{why} needs the context rows, and this {self.members[0].model_name.upper()} model "
-                "keeps only their encoding; pass context=(X_train, y_train), the rows it was fitted "
+                f"{why} needs the context rows, and this model's {' and '.join(encoded)} members keep "
+                "only their encoding; pass context=(X_train, y_train), the rows it was fitted "
                 "on (or any labelled rows to predict from)"
             )
         return self.contexts  # type: ignore[return-value]
