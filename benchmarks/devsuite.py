@@ -103,6 +103,7 @@ N_THREADS = 2  # every model gets the whole 2-core machine: torch threads, n_job
 EARLY_STOPPING_ROUNDS = 50  # tuned models: rounds without improvement on the inner validation
 MAX_ROUNDS = 2000  # tuned models: boosting rounds before early stopping
 LIBRARY_OF = {
+    "auto": "torch",
     "npt": "torch",
     "spin": "torch",
     "hgb": "sklearn",
