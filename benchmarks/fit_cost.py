@@ -36,6 +36,7 @@ import numpy as np
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODELS = ("npt", "spin", "catboost")
+MORE_MODELS = ("auto",)  # TableClassifier / TableRegressor at their defaults: NPT and SPIN members together
 # the neural defaults with one setting changed, for a ratio measured in the same run (--models)
 VARIANTS = {
     "npt-in-turn": ("npt", {"train_options": {"concurrent_members": "never"}}),
@@ -194,8 +195,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--models",
         default=",".join(MODELS),
-        help=f"of {', '.join((*MODELS, *VARIANTS))}; the variants: the defaults with the members "
-        "fitted one after another (concurrent_members='never'), beside them in the same run",
+        help=f"of {', '.join((*MODELS, *MORE_MODELS, *VARIANTS))}; the variants: the defaults with "
+        "the members fitted one after another (concurrent_members='never'), beside them in the same run",
     )
     p.add_argument("--splits", type=int, default=1)
     p.add_argument("--device", default="cpu", help="where NPT and SPIN train (CatBoost: the CPU)")
@@ -235,9 +236,9 @@ def main(argv: list[str] | None = None) -> None:
         # the profiles first (short), then table by table, so that a run cut short still has whole rows
         cells = [("profile", t, m, 0) for t in a.profile_tables.split(",") if t for m in ds.FAMILIES]
         models = [m for m in a.models.split(",") if m]
-        unknown = [m for m in models if m not in (*MODELS, *VARIANTS)]
-        if unknown:
-            raise SystemExit(f"--models: unknown {unknown}; choose from {', '.join((*MODELS, *VARIANTS))}")
+        known = (*MODELS, *MORE_MODELS, *VARIANTS)
+        if unknown := [m for m in models if m not in known]:
+            raise SystemExit(f"--models: unknown {unknown}; choose from {', '.join(known)}")
         cells += [("fit", t, m, s) for s in range(a.splits) for t in tables for m in models]
         for kind, table, model, split in cells:
             key = cell_key(table, model, split, a.device) + ("/profile" if kind == "profile" else "")

@@ -1,5 +1,6 @@
 """TableClassifier / TableRegressor with ``model="auto"``: NPT and SPIN members in one ensemble."""
 
+import copy
 import inspect
 
 import numpy as np
@@ -148,3 +149,29 @@ def test_auto_members_trained_as_stacks(frame):
     assert all(h.n_steps == 20 for h in reg.history_.members)
     assert reg.learner_.members[2].train_config.tradeoff_start == 0.5  # SPIN's own preset
     assert np.isfinite(reg.predict(X.iloc[70:])).all()
+
+
+def test_auto_rows_are_explained_by_the_members_that_keep_them(auto_classifier, frame):
+    X, y, _ = frame
+    rows = auto_classifier.explain_rows(X.iloc[70:74], top_k=3)
+    assert len(rows) == 12 and set(rows["rank"]) == {1, 2, 3}
+    assert rows["context_row"].max() < 70
+    # the same as an estimator holding only the NPT members
+    npt_only = copy.copy(auto_classifier)
+    npt_only.learner_ = copy.copy(auto_classifier.learner_)
+    npt_only.learner_.members = auto_classifier.learner_.members[:2]
+    pd.testing.assert_frame_equal(rows, npt_only.explain_rows(X.iloc[70:74], top_k=3))
+    # given rows, every member explains
+    given = auto_classifier.explain_rows(X.iloc[70:74], top_k=3, context=(X.iloc[:70], y[:70]))
+    assert len(given) == 12
+
+
+def test_default_composition_two_npt_members_and_one_spin():
+    from semiparam.estimators.base import default_members
+
+    assert [default_members("auto", "cpu", f) for f in ("npt", "spin")] == [2, 1]
+    # presets without a composition of their own: each family's own default
+    assert [default_members("auto", "small", f) for f in ("npt", "spin")] == [1, 1]
+    learner = TableRegressor(model_options=OPTIONS)._new_learner()
+    assert [m.model_name for m in learner.members] == ["npt", "npt", "spin"]
+    assert len({m.seed for m in learner.members}) == 3

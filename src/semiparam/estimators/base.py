@@ -43,13 +43,24 @@ _TRAIN_ARGS = (
 _DEFAULT_MEMBERS = {("spin", "cpu"): 3, ("npt", "cpu"): 3}
 
 
-# model="auto" (the recommended estimator): members of these families in one ensemble
+# model="auto" (the recommended estimator): members of these families in one ensemble, by default
+# as many of each as _AUTO_MEMBERS says for the preset (else each family's own default). NOTE[DIFF]:
+# the papers train one model of one family. 2 NPT + 1 SPIN on the cpu preset: of the sub-ensembles
+# of 3 NPT + 3 SPIN fits on the development suite (32 tables x 3 splits; benchmarks/results/
+# suite32/tabular_defaults.md, "Sub-ensembles of auto"), the best of those of at most three members
+# (the members a fit can afford within the fit-speed budget), ahead of either family's three and
+# level with all six within the noise
 AUTO = "auto"
 AUTO_FAMILIES = ("npt", "spin")
+_AUTO_MEMBERS = {"cpu": {"npt": 2, "spin": 1}}
 
 
-def default_members(model: str, preset: str) -> int:
-    """Ensemble members an estimator trains when ``n_estimators`` is None."""
+def default_members(model: str, preset: str, family: str | None = None) -> int:
+    """Ensemble members an estimator of ``model`` trains when ``n_estimators`` is None; for
+    ``model="auto"``, those of ``family``."""
+    if model == AUTO:
+        assert family is not None
+        return _AUTO_MEMBERS.get(preset, {}).get(family, default_members(family, preset))
     return _DEFAULT_MEMBERS.get((model, preset), 1)
 
 
@@ -125,7 +136,7 @@ class TableEstimatorMixin(BaseEstimator):
         families = []
         for name in names:
             model_config, train_config = self._configs(name)
-            n = default_members(name, self.preset) if n_members is None else int(n_members)
+            n = default_members(model, self.preset, name) if n_members is None else int(n_members)
             families.append(Family(name, model_config, train_config, n))
         seed = check_random_state(self.random_state).randint(0, 2**31 - 1)
         first = families[0]

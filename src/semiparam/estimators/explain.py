@@ -16,6 +16,7 @@ the prediction towards what the model predicts (its removal lowers the quantity)
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -100,6 +101,19 @@ class Explainer:
             X = X.drop(columns=[c for c in X.columns if str(c) in self.targets])
         frame = self.estimator._as_frame(X, reset=False)
         return self.encoder.transform(frame, absent=self.targets)
+
+    def keeping_rows(self) -> Explainer:
+        """This explainer over the members that keep their context rows: where no context is
+        given and only some members keep theirs (an ensemble of NPT and SPIN members, whose SPIN
+        members keep only an encoding), a view over the others; else this explainer."""
+        keep = [k for k, c in enumerate(self.contexts) if c is not None]
+        if self.given_context or not keep or len(keep) == len(self.members):
+            return self
+        view = copy.copy(self)
+        view.members = [self.members[k] for k in keep]
+        view.contexts = [self.contexts[k] for k in keep]
+        view.n_context = max(int(c[1].max()) + 1 for c in view.contexts if len(c[1]))  # type: ignore[index]
+        return view
 
     def require_rows(self, why: str) -> list[tuple[EncodedTable, np.ndarray]]:
         if any(c is None for c in self.contexts):
@@ -255,8 +269,9 @@ class ExplainMixin:
         target (``"target"``) and measuring the change of the prediction: the predicted class's
         probability (``target_class``: another class's) falls by ``score``; for a continuous
         target, ``score`` is the absolute change of the mean. SPIN keeps only an encoding of its
-        rows: pass ``context=(X_train, y_train)``."""
-        ex = Explainer(self, context, target)
+        rows: pass ``context=(X_train, y_train)``; an ensemble of NPT and SPIN members
+        (``model="auto"``) without ``context`` is explained by its NPT members, which keep theirs."""
+        ex = Explainer(self, context, target).keeping_rows()
         _choice("method", method, ROW_METHODS)
         _choice("deletion", deletion, DELETIONS)
         contexts = ex.require_rows("explain_rows")

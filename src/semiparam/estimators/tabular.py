@@ -275,12 +275,14 @@ _PARAMS_DOC = """
 
 _MODEL_DOC = """
     The model is chosen by ``model``: ``"auto"`` (default) trains NPT and SPIN members together
-    in one ensemble and averages their predictions (each member weighs the same);
+    in one ensemble (with the ``cpu`` preset two NPT members and one SPIN member) and averages
+    their predictions (each member weighs the same);
     ``"npt"`` or ``"spin"`` trains one family, as :class:`NPTClassifier` / :class:`SPINClassifier`
     and their regressors do.
 """
 _MODEL_PARAM = """    model : {"auto", "npt", "spin"}
-        The model family. With ``"auto"``, ``n_estimators`` counts the members of each family,
+        The model family. With ``"auto"``, ``n_estimators`` (when given) counts the members of
+        each family,
         and ``model_options`` may hold one family's options under its name
         (``{"spin": {"n_inducing_points": 20}}``; other entries apply to both).
 """
