@@ -478,7 +478,7 @@ def write_report(
     by_cell = {(r["table"], r["model"], r["split"]): r for r in fits}
     tables = [t for t in ds.TABLES if any(k[0] == t for k in by_cell)]
     splits = sorted({k[2] for k in by_cell})
-    models = [m for m in (*MODELS, *VARIANTS) if any(k[1] == m for k in by_cell)]
+    models = [m for m in (*MODELS, *MORE_MODELS, *VARIANTS) if any(k[1] == m for k in by_cell)]
     complete = [(t, s) for t in tables for s in splits if all((t, m, s) in by_cell for m in models)]
     totals = {m: sum(by_cell[(t, m, s)]["fit_seconds"] for t, s in complete) for m in models}
     ratio = {m: totals[m] / totals["catboost"] for m in models if "catboost" in totals and totals["catboost"]}
