@@ -64,7 +64,6 @@ better; ranks are per table (ties share the mean rank).
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import math
@@ -1135,10 +1134,7 @@ def compositions(model: Any) -> dict[str, Any]:
     for i in range(len(npt) + 1):
         for j in range(len(spin) + 1):
             if i + j:
-                view = copy.copy(model)
-                view.learner_ = copy.copy(model.learner_)
-                view.learner_.members = npt[:i] + spin[:j]
-                views[f"{i}+{j}"] = view
+                views[f"{i}+{j}"] = model._with_members(npt[:i] + spin[:j])
     return views
 
 

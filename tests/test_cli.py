@@ -8,13 +8,11 @@ import pytest
 
 from semiparam.cli.main import main
 
+WIDTHS = ["--set", "model.d_embedding=8", "--set", "model.n_heads=2"]  # NPT's and SPIN's fields
 TINY_SETS = [
     "--model",
     "npt",
-    "--set",
-    "model.d_embedding=8",
-    "--set",
-    "model.n_heads=2",
+    *WIDTHS,
     "--set",
     "model.n_blocks=2",
     "--set",
@@ -147,15 +145,7 @@ def test_overrides_read_toml_values_and_none() -> None:
 
 def test_fit_trains_the_recommended_estimator_by_default(tmp_path, csv, capsys):
     run = tmp_path / "run"
-    sets = [
-        "--set",
-        "model.d_embedding=8",
-        "--set",
-        "model.n_heads=2",
-        "--set",
-        "train.max_steps=5",
-        "--quiet",
-    ]
+    sets = [*WIDTHS, "--set", "train.max_steps=5", "--quiet"]
     assert main(["fit", str(csv), "--target", "target", "--out", str(run), *ONE, *sets]) == 0
     meta = json.loads((run / "model" / "semiparam.json").read_text())
     assert meta["estimator"]["params"]["model"] == "auto" and meta["n_members"] == 2

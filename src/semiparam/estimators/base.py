@@ -7,6 +7,7 @@ and fitted state as safetensors + JSON (no pickle).
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -250,6 +251,14 @@ class TableEstimatorMixin(BaseEstimator):
         if X_unlabeled is None:
             return None
         return self._as_frame(X_unlabeled, reset=False)
+
+    def _with_members(self, members: Sequence[Any]) -> Any:
+        """A view of this fitted estimator that predicts with ``members`` (some of its ensemble's
+        members, whose weights it shares) and without the others."""
+        view = copy.copy(self)
+        view.learner_ = copy.copy(self.learner_)
+        view.learner_.members = list(members)
+        return view
 
     # -- persistence --------------------------------------------------------------------------
     def _fitted_extra(self) -> dict[str, Any]:

@@ -13,7 +13,5 @@ class NPTClassifier(TableClassifier):
 
 @single_family
 class NPTRegressor(TableRegressor):
-    __doc__ = "Non-Parametric Transformer regressor (Kossen et al. 2021).\n" + (
-        TableRegressor._family_doc or ""
-    )
+    __doc__ = "Non-Parametric Transformer regressor (Kossen et al. 2021).\n" + TableRegressor._family_doc
     _model_name = "npt"

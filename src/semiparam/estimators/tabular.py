@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import inspect
 from collections.abc import Sequence
 from pathlib import Path
@@ -158,9 +157,7 @@ class _SupervisedTableEstimator(ExplainMixin, TableEstimatorMixin):
         target, model = names[0], self
         context = self._importance_context
         if context is not None:  # member 0 alone, predicting from its training rows
-            model = copy.copy(self)
-            model.learner_ = copy.copy(self.learner_)
-            model.learner_.members = self.learner_.members[:1]
+            model = self._with_members(self.learner_.members[:1])
         scores = model._importance_scores(rows, target, context)
         raw = np.clip(scores["importance"].reindex(self.feature_columns_).to_numpy(dtype=float), 0.0, None)
         total = raw.sum()
@@ -282,8 +279,7 @@ _MODEL_DOC = """
 """
 _MODEL_PARAM = """    model : {"auto", "npt", "spin"}
         The model family. With ``"auto"``, ``n_estimators`` (when given) counts the members of
-        each family,
-        and ``model_options`` may hold one family's options under its name
+        each family, and ``model_options`` may hold one family's options under its name
         (``{"spin": {"n_inducing_points": 20}}``; other entries apply to both).
 """
 
