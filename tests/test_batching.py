@@ -96,3 +96,30 @@ def test_best_checkpoint_restores_best_weights_and_stops():
     assert trainer.history.best_step == 1 and trainer.history.best_val_loss == 2.0
     cb.on_train_end(trainer)
     assert trainer.model.weight.unique().item() == 1.0
+
+
+def test_lookup_pairs_copy_rows_whole_and_give_each_pair_one_drawn_label():
+    from semiparam.estimators._sampling import LookupPairs, RowSampler
+
+    n, target = 40, 2
+    values = torch.arange(n * 3, dtype=torch.float32).view(n, 3)
+    missing = torch.zeros(n, 3, dtype=torch.bool)
+    labelled = torch.ones(n, dtype=torch.bool)
+    labelled[-4:] = False  # transductive rows: never a source
+    rows = RowSampler(values, missing, labelled, 512, None, np.random.default_rng(0))
+    batch = LookupPairs(rows, [target], 0.5)(0)
+    twins = torch.nonzero(batch.revealed).flatten()
+    assert len(twins) == 10  # half the rows in pairs: 10 pairs
+    for slot in twins.tolist():
+        # the twin's features are those of a labelled row, which keeps them and shares its label
+        source = int(torch.nonzero((values[:, :target] == batch.values[slot, :target]).all(1))[0])
+        assert source != slot and bool(labelled[source]) and not bool(batch.revealed[source])
+        assert torch.equal(batch.values[source], batch.values[slot])
+        assert float(batch.values[slot, target]) in set(values[:-4, target].tolist())
+        assert bool(batch.labelled[slot])
+    untouched = ~batch.revealed
+    untouched[
+        [int(torch.nonzero((values[:, :target] == batch.values[s, :target]).all(1))[0]) for s in twins]
+    ] = False
+    assert torch.equal(batch.values[untouched], values[untouched])  # the other rows as they were
+    assert LookupPairs(rows, [target], 0.0)(1).revealed is None  # no share: the step unchanged

@@ -1,7 +1,8 @@
 """Which rows each training step sees: a stratified hold-out for validation
 (:func:`split_validation`), the rows of every step (:class:`RowSampler`: the whole table, or
-stratified batches dealt afresh each epoch) and the NPT paper's duplicate-lookup task around it
-(:class:`DuplicateLookup`). Their random state goes into training checkpoints."""
+stratified batches dealt afresh each epoch), the NPT paper's duplicate-lookup task around it
+(:class:`DuplicateLookup`) and lookup pairs mixed into masked reconstruction (:class:`LookupPairs`).
+Their random state goes into training checkpoints."""
 
 from __future__ import annotations
 
@@ -128,6 +129,62 @@ class DuplicateLookup:
             revealed,
             None if batch.weights is None else torch.cat([batch.weights, batch.weights]),
         )
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.rows.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.rows.load_state_dict(state)
+
+
+class LookupPairs:
+    """Lookup pairs mixed into masked reconstruction, around a row sampler: in each step, a share
+    of the step's rows is overwritten by copies ("twins") of other labelled rows of the step,
+    shown whole (``Batch.revealed``: never masked nor scored); each pair (a source row and its
+    twin) gets the target cells of a row of the step drawn at random. Where the source's target is
+    hidden and scored (``p_target``), only its twin's label predicts it: neither its features nor
+    the weights' memory of the table do. The rest of the step is the usual masked reconstruction.
+
+    NOTE[DIFF]: not in the papers. NPT's masked reconstruction lets a model read the labels of
+    other rows, but nothing makes it: on a small table it is cheaper to memorise each training
+    row's label in the weights, and the fitted model then ignores a changed context (issue 49,
+    item 4). The NPT paper's lookup task (section 4.2) shows that NPT learns to look up when only
+    lookup predicts; mixing a few such pairs into every step teaches it beside the usual task.
+    Its random draws come from the row sampler's generator, checkpointed with it."""
+
+    def __init__(self, rows: RowSampler, target_j: Sequence[int], share: float) -> None:
+        self.rows, self.target_j, self.share = rows, list(target_j), float(share)
+
+    def __call__(self, step: int) -> Batch:
+        batch = self.rows(step)
+        n = len(batch.values)
+        labelled = np.flatnonzero(batch.labelled.cpu().numpy())
+        n_pairs = min(int(round(self.share * n / 2)), len(labelled), n // 2)
+        if n_pairs < 1 or not self.target_j:
+            return batch
+        rng = self.rows.rng
+        sources = rng.choice(labelled, size=n_pairs, replace=False)
+        slots = rng.choice(np.setdiff1d(np.arange(n), sources), size=n_pairs, replace=False)
+        donors = rng.choice(labelled, size=n_pairs)
+        device = batch.values.device
+        src, slot, donor = (torch.as_tensor(a, device=device) for a in (sources, slots, donors))
+        values, missing = batch.values.clone(), batch.missing.clone()
+        values[slot], missing[slot] = values[src], missing[src]
+        j = torch.as_tensor(self.target_j, device=device)
+        for rows in (src, slot):
+            values[rows[:, None], j] = batch.values[donor[:, None], j]
+            missing[rows[:, None], j] = batch.missing[donor[:, None], j]
+        labelled_rows = batch.labelled.clone()
+        labelled_rows[slot] = True
+        revealed = torch.zeros(n, dtype=torch.bool, device=device)
+        if batch.revealed is not None:
+            revealed |= batch.revealed
+        revealed[slot] = True
+        weights = None
+        if batch.weights is not None:
+            weights = batch.weights.clone()
+            weights[slot] = batch.weights[src]
+        return Batch(values, missing, labelled_rows, revealed, weights)
 
     def state_dict(self) -> dict[str, Any]:
         return self.rows.state_dict()

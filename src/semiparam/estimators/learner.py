@@ -60,7 +60,14 @@ from ..training.masking import mask_for_inference
 from ..training.seeding import seeded_build
 from ..training.trainer import Batch, BestCheckpoint, CostWarning, ProgressBar, Trainer, TrainHistory
 from ._context import PredictionContext
-from ._sampling import DuplicateLookup, RowSampler, permute_targets, split_validation, stratified_order
+from ._sampling import (
+    DuplicateLookup,
+    LookupPairs,
+    RowSampler,
+    permute_targets,
+    split_validation,
+    stratified_order,
+)
 
 FORMAT_VERSION = 1
 
@@ -69,7 +76,7 @@ FORMAT_VERSION = 1
 class TrainingSetup:
     """What one learner's training reads (:meth:`TableLearner.training_setup`)."""
 
-    sampler: RowSampler | DuplicateLookup
+    sampler: RowSampler | DuplicateLookup | LookupPairs
     generator: torch.Generator  # masking draws
     callbacks: list[Any]
     evaluate: Callable[[], float] | None = None
@@ -334,7 +341,7 @@ class TableLearner:
                 [strata[train_idx], np.full(len(train_values) - len(train_idx), -2)]
             )
 
-        sampler: RowSampler | DuplicateLookup = RowSampler(
+        sampler: RowSampler | DuplicateLookup | LookupPairs = RowSampler(
             torch.as_tensor(train_values, device=self.device),
             torch.as_tensor(train_missing, device=self.device),
             torch.as_tensor(labelled, device=self.device),
@@ -347,6 +354,8 @@ class TableLearner:
         lookup = cfg.training_task == "duplicate_lookup"
         if lookup:
             sampler = DuplicateLookup(sampler, schema.target_indices, cfg.lookup_shuffle_targets)
+        elif cfg.lookup_pairs > 0 and has_targets:
+            sampler = LookupPairs(sampler, schema.target_indices, cfg.lookup_pairs)
         bar = " ".join(filter(None, [self.model_name, self.label, f"on {self.device}"]))
         setup = TrainingSetup(
             sampler=sampler,

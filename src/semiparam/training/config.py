@@ -130,13 +130,25 @@ class TrainConfig(FrozenConfig):
     # labels from features instead of looking them up, and masking the duplicate's label does not
     # move its prediction. False: the paper's version.
     lookup_shuffle_targets: bool = True
+    # the share of each masked-reconstruction step's rows that become lookup pairs: a labelled
+    # row and a copy of it shown whole, both given a random row's label, so that the row's hidden
+    # label can only be read from its copy (estimators._sampling.LookupPairs). 0: none, the papers'
+    # training
+    lookup_pairs: float = 0.0
 
     def validate(self) -> None:
         if self.max_steps < 1:
             raise ConfigError(f"max_steps must be >= 1, got {self.max_steps}")
         if self.learning_rate <= 0:
             raise ConfigError(f"learning_rate must be > 0, got {self.learning_rate}")
-        for name in ("flat_fraction", "warmup_fraction", "tradeoff_start", "smoothing", "label_smoothing"):
+        for name in (
+            "flat_fraction",
+            "warmup_fraction",
+            "tradeoff_start",
+            "smoothing",
+            "label_smoothing",
+            "lookup_pairs",
+        ):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)}")
         if not 0.0 <= self.validation_fraction < 1.0:
