@@ -166,10 +166,12 @@ def write_report(out: Path, command: str) -> None:
     version = ds.code_version()
     report = {"command": command, "code": version, "machine": ds.machine(), "rows": rows, "cells": current}
     (out / "context_use.json").write_text(json.dumps(ds.jsonable(report), indent=1) + "\n")
+    measured = ", ".join(sorted({f"`{r['command']}`" for r in current}))
     lines = [
         "# Do fitted models read their context? (issue 49, item 4)",
         "",
-        f"Command: `{command}`; commit `{version.get('git_head')}`, src `{src}`; machine: "
+        f"Cells measured by: {measured}; this report: "
+        f"`{command}`; commit `{version.get('git_head')}`, src `{src}`; machine: "
         f"{ds.machine().get('cpu', 'unknown')}. Generated from `context_use.json`.",
         "",
         "150 rows x 5 random features, each twice in the training table with one random label; the "
