@@ -32,6 +32,7 @@ LAYERS: dict[str, int] = {
     "semiparam.neural_processes": 5,
     "semiparam.np": 5,  # the deprecated alias of semiparam.neural_processes
     "semiparam.genomics": 5,
+    "semiparam.pretraining": 5,  # the prior-fitted NPT's pretraining and weights export
     "semiparam": 5,  # the package's __init__: the public estimators, models and configs
     "semiparam.bench": 6,
     "semiparam.cli": 6,
@@ -49,6 +50,7 @@ BENCHMARK_API = {
     "semiparam.cli.main",
     "semiparam.tuning",
     "semiparam.parallel",
+    "semiparam.pretraining",
 }
 
 

@@ -118,6 +118,31 @@ class TableEstimatorMixin(BaseEstimator):
         shared = {k: v for k, v in options.items() if k not in AUTO_FAMILIES}
         return {**shared, **options.get(model_name, {})}
 
+    def _pretrained_learner(self, model: str, n_members: Any) -> Any:
+        """``init="pretrained"``: the prior-fitted NPT (``estimators.pretrained``)."""
+        from .pretrained import N_ENSEMBLE, PriorFittedLearner
+
+        init = getattr(self, "init", "random")
+        if init != "pretrained":
+            raise ConfigError(f"init must be 'random' or 'pretrained', got {init!r}")
+        if model != "npt":
+            raise ConfigError(
+                f"init='pretrained' is the prior-fitted NPT; model={model!r} has no pretrained weights "
+                "(use NPTClassifier / NPTRegressor, or model='npt')"
+            )
+        if self.max_steps not in (None, 0):
+            raise ConfigError(
+                "init='pretrained' predicts with no training: leave max_steps unset or 0 "
+                "(fine-tuning from the pretrained weights is not available yet)"
+            )
+        if n_members is not None and (
+            isinstance(n_members, bool) or not isinstance(n_members, (int, np.integer)) or n_members < 1
+        ):
+            raise ConfigError(f"n_estimators must be an integer >= 1, got {n_members!r}")
+        seed = check_random_state(self.random_state).randint(0, 2**31 - 1)
+        views = N_ENSEMBLE if n_members is None else int(n_members)
+        return PriorFittedLearner(device=self.device, seed=seed, n_ensemble=views)
+
     def _new_learner(self) -> EnsembleLearner:
         model = self._model_name
         if model != AUTO:
@@ -128,8 +153,10 @@ class TableEstimatorMixin(BaseEstimator):
                     f"unknown model {model!r}; choose {AUTO!r} (NPT and SPIN together) or one of "
                     f"{model_names()}"
                 ) from None
-        names = AUTO_FAMILIES if model == AUTO else (model,)
         n_members = getattr(self, "n_estimators", None)
+        if getattr(self, "init", "random") != "random":
+            return self._pretrained_learner(model, n_members)
+        names = AUTO_FAMILIES if model == AUTO else (model,)
         if n_members is not None and (
             isinstance(n_members, bool) or not isinstance(n_members, (int, np.integer)) or n_members < 1
         ):

@@ -236,6 +236,12 @@ _PARAMS_DOC = """
     preset : {"cpu", "small", "base"}
         Model and training preset: ``cpu`` (default, minutes on a laptop), the paper's NPT-Small or
         NPT-Base settings.
+    init : {"random", "pretrained"}
+        ``"random"`` (default): the model is trained on the table. ``"pretrained"`` (NPT only):
+        the prior-fitted NPT shipped with the package, meta-trained on synthetic tables, predicts
+        from the table as its context in one forward pass, with no training (``max_steps`` unset
+        or 0); ``n_estimators`` views of the table (features in other slots, classes in another
+        order) are averaged, 4 by default. At most 10 classes and one target.
     max_steps, batch_size, learning_rate, p_feature, p_target, validation_fraction, patience :
         Override the preset's training settings (see ``TrainConfig``) when not None. With the
         ``cpu`` preset training stops by itself when the validation loss stops improving
@@ -323,6 +329,7 @@ class TableClassifier(ClassifierMixin, _SupervisedTableEstimator):
         preset: str = "cpu",
         *,
         model: str = AUTO,
+        init: str = "random",
         max_steps: int | None = None,
         batch_size: int | None = None,
         learning_rate: float | None = None,
@@ -447,6 +454,7 @@ class TableRegressor(RegressorMixin, _ContinuousLossMixin, _SupervisedTableEstim
         preset: str = "cpu",
         *,
         model: str = AUTO,
+        init: str = "random",
         loss: str = "squared_error",
         max_steps: int | None = None,
         batch_size: int | None = None,

@@ -97,6 +97,24 @@ class NPTConfig(AttentionSettings, InputSettings):
         )
 
     @classmethod
+    def prior(cls) -> NPTConfig:
+        """The prior-fitted NPT (``training.pretrain``): e=16 over a fixed layout of feature slots
+        and two target slots, 4 blocks (two ABD, two ABA), 4 heads over rows and one within a row,
+        2x feed-forwards, no dropout (each task is new: nothing to memorise), periodic numeric
+        embeddings, the usual per-head softmax scale (sharper than the paper's 1/sqrt(full width)
+        at the start, which is where a model first has to find the rows worth reading). NOTE[DIFF]:
+        not a paper setting; sized to pretrain on a CPU."""
+        return cls(
+            attention_scale="per_head",
+            n_frequencies=16,
+            frequency_scale=0.5,
+            ff_multiplier=2,
+            dropout=0.0,
+            n_blocks=4,
+            column_heads=1,
+        )
+
+    @classmethod
     def paper_small(cls) -> NPTConfig:
         """NPT-Small of the paper (Breast Cancer, Boston, Concrete, Yacht): 8 blocks, 8 heads, e=128."""
         return cls(d_embedding=128, n_blocks=8, n_heads=8, attention_dropout=0.1)

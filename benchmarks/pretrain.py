@@ -1,0 +1,98 @@
+#!/usr/bin/env python
+"""Pretrain the prior-fitted NPT (issue 51), resuming from the last checkpoint, and export its
+weights into the package.
+
+    .venv/bin/python benchmarks/pretrain.py --seconds 3600            # an hour more, then export
+    .venv/bin/python benchmarks/pretrain.py --steps 20000             # up to step 20,000 in all
+    python benchmarks/pretrain.py --device cuda --seconds 420         # a GPU session's share
+    .venv/bin/python benchmarks/pretrain.py --export-only             # weights and card from the checkpoint
+
+The training state lives in ``--checkpoint-dir`` (default ``.pretrain/``, not in git): weights,
+optimiser, the prior's random state, the loss history, held-out prior scores and the seconds spent
+on each kind of device. Every run continues it, on the CPU or a GPU (carry the directory to the
+device machine and back). At the end of each run the current weights are exported to
+``src/semiparam/weights/npt_prior.safetensors`` with ``npt_prior.json`` beside them (the model
+card's data: architecture, prior, steps, tasks, compute by device, the held-out curve), and the
+report ``benchmarks/results/pretrain/pretrain.md`` is generated from that JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+REPORT = ROOT / "benchmarks" / "results" / "pretrain"
+
+
+def git_head() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+        return out.stdout.strip() or None
+    except OSError:
+        return None
+
+
+def write_report(card: dict) -> None:
+    REPORT.mkdir(parents=True, exist_ok=True)
+    (REPORT / "pretrain.json").write_text(json.dumps(card, indent=1) + "\n")
+    hours = {k: v / 3600 for k, v in card["seconds_by_device"].items()}
+    lines = [
+        "# The prior-fitted NPT: pretraining so far",
+        "",
+        f"Generated from `src/semiparam/weights/npt_prior.json` (exported at commit "
+        f"`{card['exported_at_commit']}` by `{card['exported_by']}`; machine: {card['machine']}).",
+        "",
+        f"- parameters: {card['parameters']:,}; feature slots: {card['n_features']}; classes: up to "
+        f"{card['max_classes']}",
+        f"- steps: {card['steps']:,}; prior tasks seen: {card['tasks_seen']:,}",
+        "- compute: " + ", ".join(f"{h:.2f} h on {d}" for d, h in sorted(hours.items())),
+        "",
+        "Held-out prior tasks (their own seed), by step: mean query loss (cross entropy for "
+        "classification, squared error of the standardised target for regression) and "
+        "classification accuracy.",
+        "",
+        "| step | loss | classification | accuracy | regression |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for e in card["held_out"]:
+        lines.append(
+            f"| {e['step']} | {e['loss']:.4f} | {e.get('classification', float('nan')):.4f} | "
+            f"{e.get('accuracy', float('nan')):.3f} | {e.get('regression', float('nan')):.4f} |"
+        )
+    (REPORT / "pretrain.md").write_text("\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    from semiparam import pretraining
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--steps", type=int, default=1_000_000, help="train up to this step of the whole pretraining"
+    )
+    p.add_argument("--seconds", type=float, default=None, help="stop this run after so many seconds")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=int, default=2, help="PyTorch threads on a CPU")
+    p.add_argument("--checkpoint-dir", type=Path, default=ROOT / ".pretrain")
+    p.add_argument("--export-only", action="store_true")
+    a = p.parse_args(argv)
+    command = "python benchmarks/pretrain.py " + shlex.join(argv if argv is not None else sys.argv[1:])
+    torch.set_num_threads(a.threads)
+    if not a.export_only:
+        _, run = pretraining.continue_pretraining(
+            a.checkpoint_dir, steps=a.steps, seconds=a.seconds, device=a.device
+        )
+        last = run.evaluations[-1] if run.evaluations else {}
+        print(f"pretrained to step {run.steps}; held-out {json.dumps(last)}", flush=True)
+    module, steps, ledger = pretraining.checkpointed_model(a.checkpoint_dir)
+    write_report(pretraining.export_weights(module, steps, ledger, command, git_head()))
+
+
+if __name__ == "__main__":
+    main()

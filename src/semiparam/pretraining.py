@@ -1,0 +1,147 @@
+"""Pretraining the prior-fitted NPT and exporting its weights into the package (issue 51).
+
+``python benchmarks/pretrain.py`` drives it. The model (:func:`build_prior_npt`) is an NPT of
+:meth:`~semiparam.models.npt.NPTConfig.prior` over :data:`N_FEATURES` feature slots and up to
+:data:`MAX_CLASSES` classes; the prior is :class:`~semiparam.data.prior.TablePrior`; the loop is
+:func:`~semiparam.training.pretrain.pretrain`. :func:`continue_pretraining` resumes the state in a
+checkpoint directory (weights, optimiser, the prior's random state, history, held-out scores,
+seconds by device) on any device; :func:`export_weights` writes ``semiparam/weights/npt_prior.safetensors``
+and its card ``npt_prior.json``, which ``NPTClassifier(init="pretrained")`` loads offline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+
+from .data.prior import PriorConfig, TablePrior
+from .estimators.pretrained import WEIGHTS, weights_dir
+from .models.npt import NPT, NPTConfig
+from .training.checkpoint import TrainingCheckpoint
+from .training.device import resolve_device
+from .training.pretrain import PretrainConfig, PretrainRun, pretrain, prior_layout
+from .training.seeding import seeded_build
+
+__all__ = [
+    "MAX_CLASSES",
+    "N_FEATURES",
+    "PretrainConfig",
+    "PriorConfig",
+    "TablePrior",
+    "build_prior_npt",
+    "continue_pretraining",
+    "export_weights",
+    "weights_card",
+    "weights_hash",
+]
+
+N_FEATURES, MAX_CLASSES = 16, 10
+
+
+def build_prior_npt(device: torch.device | str = "cpu") -> tuple[NPT, NPTConfig]:
+    """A freshly initialised prior-fitted NPT (seed 0) and its config."""
+    device = resolve_device(device)
+    config = NPTConfig.prior()
+    module, _ = seeded_build(lambda: NPT(config, prior_layout(N_FEATURES, MAX_CLASSES)), 0, device)
+    return module.to(device), config
+
+
+def _checkpoint(
+    directory: Path, config: NPTConfig, prior: PriorConfig, training: PretrainConfig
+) -> TrainingCheckpoint:
+    fingerprint = json.dumps(
+        [config.to_dict(), prior.to_dict(), training.to_dict(), N_FEATURES, MAX_CLASSES], sort_keys=True
+    )
+    return TrainingCheckpoint(
+        directory,
+        fingerprint,
+        every_steps=training.checkpoint_every_steps,
+        every_seconds=training.checkpoint_every_seconds,
+    )
+
+
+def continue_pretraining(
+    checkpoint_dir: str | Path,
+    *,
+    steps: int = 1_000_000,
+    seconds: float | None = None,
+    device: str = "auto",
+    progress: bool | None = None,
+) -> tuple[NPT, PretrainRun]:
+    """Resume (or begin) pretraining from ``checkpoint_dir`` until step ``steps`` of the whole
+    pretraining or ``seconds`` of this run; returns the model and the run."""
+    module, config = build_prior_npt(device)
+    prior, training = PriorConfig(max_features=N_FEATURES, max_classes=MAX_CLASSES), PretrainConfig()
+    run = pretrain(
+        module,
+        TablePrior(prior, seed=0),
+        training,
+        n_features=N_FEATURES,
+        max_steps=steps,
+        checkpoint=_checkpoint(Path(checkpoint_dir), config, prior, training),
+        seconds=seconds,
+        progress=progress,
+    )
+    return module, run
+
+
+def checkpointed_model(checkpoint_dir: str | Path) -> tuple[NPT, int, dict[str, Any]]:
+    """The model in ``checkpoint_dir``'s state, its step count and the state's ledger."""
+    module, config = build_prior_npt("cpu")
+    prior, training = PriorConfig(max_features=N_FEATURES, max_classes=MAX_CLASSES), PretrainConfig()
+    state = _checkpoint(Path(checkpoint_dir), config, prior, training).read()
+    if state is None:
+        raise FileNotFoundError(f"no pretraining checkpoint in {checkpoint_dir}")
+    module.load_state_dict(state["model"])
+    return module, int(state["step"]) + 1, state["extra"]
+
+
+def export_weights(
+    module: NPT,
+    steps: int,
+    ledger: dict[str, Any],
+    command: str,
+    commit: str | None = None,
+    directory: Path | None = None,
+) -> dict[str, Any]:
+    """Write the weights (float32 safetensors) and the card into ``directory`` (default: the
+    package's ``weights`` folder); returns the card."""
+    directory = directory or weights_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().float().cpu().contiguous() for k, v in module.state_dict().items()}
+    save_file(tensors, directory / f"{WEIGHTS}.safetensors")
+    training = PretrainConfig()
+    card = {
+        "model": "npt",
+        "model_config": module.config.to_dict(),
+        "n_features": N_FEATURES,
+        "max_classes": MAX_CLASSES,
+        "prior_config": PriorConfig(max_features=N_FEATURES, max_classes=MAX_CLASSES).to_dict(),
+        "pretrain_config": training.to_dict(),
+        "steps": steps,
+        "tasks_seen": steps * training.tasks_per_step,
+        "parameters": int(sum(p.numel() for p in module.parameters())),
+        "seconds_by_device": ledger.get("seconds_by_device", {}),
+        "held_out": ledger.get("evaluations", []),
+        "exported_at_commit": commit,
+        "exported_by": command,
+        "machine": platform.processor() or platform.machine(),
+    }
+    (directory / f"{WEIGHTS}.json").write_text(json.dumps(card, indent=1) + "\n")
+    return card
+
+
+def weights_card() -> dict[str, Any]:
+    """The shipped weights' card (``npt_prior.json``)."""
+    return json.loads((weights_dir() / f"{WEIGHTS}.json").read_text())
+
+
+def weights_hash() -> str:
+    """The first 16 hex digits of the shipped weights' sha256."""
+    return hashlib.sha256((weights_dir() / f"{WEIGHTS}.safetensors").read_bytes()).hexdigest()[:16]
