@@ -143,12 +143,28 @@ def test_pretrained_refuses_what_it_cannot_do(tiny_weights):
     with pytest.raises(ConfigError, match="no pretrained weights"):
         TableClassifier(init="pretrained").fit(X, y)
     with pytest.raises(ConfigError, match="max_steps"):
-        NPTClassifier(init="pretrained", max_steps=50).fit(X, y)
+        NPTClassifier(init="pretrained", max_steps=-1).fit(X, y)
     with pytest.raises(ConfigError, match="init must be"):
         NPTClassifier(init="warm").fit(X, y)
     with pytest.raises(DataValidationError, match="at most 3 classes"):
         NPTClassifier(init="pretrained").fit(X, np.arange(len(X)) % 4)
     with pytest.raises(ValueError, match="sample_weight"):
         NPTClassifier(init="pretrained").fit(X, y, sample_weight=np.arange(len(X)) + 1.0)
+    with pytest.raises(ValueError, match="X_unlabeled"):
+        NPTClassifier(init="pretrained").fit(X, y, X_unlabeled=X)
     with pytest.raises(NotImplementedError, match="not supported yet"):
         NPTClassifier(init="pretrained").fit(X, y).save(tiny_weights / "model")
+
+
+def test_fine_tuning_starts_from_the_pretrained_weights_and_stops_on_held_out_rows(tiny_weights):
+    X, y = _table(n=80)
+    zero = NPTClassifier(init="pretrained", random_state=0).fit(X[:60], y[:60])
+    tuned = NPTClassifier(init="pretrained", max_steps=30, random_state=0).fit(X[:60], y[:60])
+    history = tuned.history_
+    assert 0 < history.n_steps <= 30 and history.val_loss and history.best_step is not None
+    assert not np.allclose(zero.predict_proba(X[60:]), tuned.predict_proba(X[60:]))
+    shipped = NPTClassifier(init="pretrained", random_state=0).fit(X[:60], y[:60])  # weights untouched
+    np.testing.assert_array_equal(zero.predict_proba(X[60:]), shipped.predict_proba(X[60:]))
+    with_eval = NPTRegressor(init="pretrained", max_steps=12, random_state=0)
+    with_eval.fit(X[:60], X["f2"][:60], eval_set=(X[60:], X["f2"][60:]))
+    assert np.isfinite(with_eval.predict(X[60:])).all() and with_eval.history_.val_loss

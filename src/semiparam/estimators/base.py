@@ -130,18 +130,23 @@ class TableEstimatorMixin(BaseEstimator):
                 f"init='pretrained' is the prior-fitted NPT; model={model!r} has no pretrained weights "
                 "(use NPTClassifier / NPTRegressor, or model='npt')"
             )
-        if self.max_steps not in (None, 0):
-            raise ConfigError(
-                "init='pretrained' predicts with no training: leave max_steps unset or 0 "
-                "(fine-tuning from the pretrained weights is not available yet)"
-            )
+        steps = self.max_steps or 0
+        if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
+            raise ConfigError(f"max_steps must be an integer >= 0, got {self.max_steps!r}")
         if n_members is not None and (
             isinstance(n_members, bool) or not isinstance(n_members, (int, np.integer)) or n_members < 1
         ):
             raise ConfigError(f"n_estimators must be an integer >= 1, got {n_members!r}")
         seed = check_random_state(self.random_state).randint(0, 2**31 - 1)
         views = N_ENSEMBLE if n_members is None else int(n_members)
-        return PriorFittedLearner(device=self.device, seed=seed, n_ensemble=views)
+        return PriorFittedLearner(
+            device=self.device,
+            seed=seed,
+            n_ensemble=views,
+            fine_tune_steps=int(steps),
+            time_budget=self.time_budget,
+            verbose=self.verbose,
+        )
 
     def _new_learner(self) -> EnsembleLearner:
         model = self._model_name

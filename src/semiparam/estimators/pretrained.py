@@ -15,6 +15,7 @@ The weights ship inside the package (``semiparam/weights/npt_prior.safetensors``
 
 from __future__ import annotations
 
+import copy
 import json
 from importlib import resources
 from pathlib import Path
@@ -29,8 +30,18 @@ from ..data.columns import CATEGORICAL
 from ..data.prior import encode_task
 from ..data.table import DataValidationError, TableSchema
 from ..models.npt import NPT, NPTConfig
+from ..nn.modes import set_training
+from ..training.config import TrainConfig
 from ..training.device import resolve_device
-from ..training.pretrain import prior_layout
+from ..training.engine import BestCheckpoint, ProgressBar
+from ..training.pretrain import (
+    EncodedTask,
+    PretrainConfig,
+    PriorTrainer,
+    encode_prior_task,
+    prior_layout,
+    task_loss,
+)
 
 WEIGHTS = "npt_prior"
 N_ENSEMBLE = 4
@@ -38,6 +49,11 @@ N_ENSEMBLE = 4
 # together read more of a large table): the model was meta-trained on tables of at most a few
 # hundred rows, and a context's attention cost grows with the square of its rows
 MAX_CONTEXT_ROWS = 2048
+# fine-tuning (init="pretrained" with max_steps > 0): tasks per step, rows per task (context and
+# queries), and Adam's learning rate (a tenth of pretraining's: the weights are a good start)
+TASKS_PER_STEP = 4
+FINE_TUNE_ROWS = 512
+FINE_TUNE_LR = 1e-4
 
 
 def weights_dir() -> Path:
@@ -64,16 +80,28 @@ class PriorFittedLearner:
     """Zero-shot prediction of one table by the prior-fitted NPT (see the module docstring)."""
 
     def __init__(
-        self, *, device: str | torch.device = "auto", seed: int = 0, n_ensemble: int = N_ENSEMBLE
+        self,
+        *,
+        device: str | torch.device = "auto",
+        seed: int = 0,
+        n_ensemble: int = N_ENSEMBLE,
+        fine_tune_steps: int = 0,
+        time_budget: float | None = None,
+        verbose: bool | None = None,
     ) -> None:
+        """``fine_tune_steps`` > 0: fine-tune the weights on the table first (:meth:`fine_tune`),
+        for at most that many steps (and ``time_budget`` seconds)."""
         self.device = resolve_device(device)
         self.seed = int(seed)
         self.n_ensemble = int(n_ensemble)
+        self.fine_tune_steps = int(fine_tune_steps)
+        self.time_budget = time_budget
+        self.verbose = verbose
         self.module, self.card = load_prior_npt(self.device)
         self.n_features = int(self.card["n_features"])
         self.max_classes = int(self.card["max_classes"])
         self.schema: TableSchema | None = None
-        self.history = None  # nothing was trained
+        self.history = None  # set by fine_tune
 
     # -- the EnsembleLearner surface the estimators use ---------------------------------------------
     @property
@@ -102,13 +130,12 @@ class PriorFittedLearner:
         refused = {
             "X_unlabeled": unlabeled is not None,
             "checkpoint_dir": checkpoint_dir is not None,
-            "eval_set": evaluation is not None,
+            "eval_set": evaluation is not None and not self.fine_tune_steps,
             "sample_weight": sample_weight is not None,
         }
         if named := [k for k, v in refused.items() if v]:
             raise ValueError(
-                f"init='pretrained' predicts from the table as given, with no training; {named} "
-                "cannot apply (use init='random' to train)"
+                f"init='pretrained' does not support {named} (use init='random' to train from scratch)"
             )
         if len(schema.targets) != 1:
             raise ValueError(f"init='pretrained' predicts one target; the table has {len(schema.targets)}")
@@ -120,7 +147,110 @@ class PriorFittedLearner:
             )
         self.schema = schema
         self.refresh_context(table)
+        if self.fine_tune_steps:
+            self.fine_tune(None if evaluation is None else evaluation)
         return self
+
+    # -- fine-tuning ----------------------------------------------------------------------------------
+    def _view(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One view of the table: the features it reads (a subset past the model's slots), the
+        slots they take, and the class numbering (class c is shown as ``perm[c]``)."""
+        f = self.context_X.shape[1]
+        chosen = np.arange(f)
+        if f > self.n_features:
+            chosen = np.sort(rng.choice(f, size=self.n_features, replace=False))
+        positions = rng.permutation(self.n_features)[: len(chosen)]
+        perm = rng.permutation(self.n_classes) if self.n_classes else np.zeros(1, dtype=np.int64)
+        return chosen, positions, perm
+
+    def _task(self, rows: np.ndarray, queries: np.ndarray, rng: np.random.Generator | None) -> EncodedTask:
+        """The context rows ``rows`` and query rows ``queries`` (positions in the context table) as a
+        task: through a random view, or the plain one (features in order, classes as numbered)."""
+        if rng is None:
+            f = self.context_X.shape[1]
+            chosen, positions = np.arange(min(f, self.n_features)), np.arange(min(f, self.n_features))
+            perm = np.arange(max(self.n_classes, 1))
+        else:
+            chosen, positions, perm = self._view(rng)
+        order = np.concatenate([rows, queries])
+        y = self.context_y[order]
+        if self.n_classes:
+            y = perm[y.astype(np.int64)].astype(np.float64)
+        X = self.context_X[order][:, chosen]
+        return encode_prior_task(X, y, len(rows), self.n_classes, self.n_features, positions, self.device)
+
+    def fine_tune(self, evaluation: pd.DataFrame | None = None) -> None:
+        """Fine-tune a copy of the pretrained weights on this table with pretraining's loss: each
+        step, ``TASKS_PER_STEP`` tasks, each a random share of the training rows as context and
+        the rest of a random subset as queries, through a random view. A tenth of the rows (or
+        ``evaluation``, an eval_set) is held out: its loss, predicted from the other rows, picks
+        the best weights and stops the adaptive schedule when it stops improving."""
+        self.module = copy.deepcopy(self.module)
+        rng = np.random.default_rng(self.seed)
+        n = len(self.context_X)
+        if evaluation is None:
+            held_out = np.sort(rng.choice(n, size=max(1, n // 10), replace=False))
+            train = np.setdiff1d(np.arange(n), held_out)
+        else:
+            train, held_out = np.arange(n), None
+        if len(train) < 4:
+            raise DataValidationError(f"fine-tuning needs at least 5 training rows; the table has {n}")
+        if held_out is not None:
+            context = train[np.sort(rng.permutation(len(train))[:MAX_CONTEXT_ROWS])]
+            validation = self._task(context, held_out, None)
+        else:
+            validation = self._evaluation_task(evaluation)
+
+        def batch(step: int) -> list[EncodedTask]:
+            tasks = []
+            for _ in range(TASKS_PER_STEP):
+                rows = rng.permutation(train)[:FINE_TUNE_ROWS]
+                n_ctx = int(round(len(rows) * rng.uniform(0.5, 0.9)))
+                n_ctx = min(max(n_ctx, 2), len(rows) - 1)
+                tasks.append(self._task(rows[:n_ctx], rows[n_ctx:], rng))
+            return tasks
+
+        def evaluate() -> float:
+            with torch.no_grad():
+                set_training(self.module, False)
+                loss = float(task_loss(self.module, validation))
+            return loss
+
+        config = PretrainConfig(learning_rate=FINE_TUNE_LR)
+        engine = TrainConfig.cpu().replace(
+            max_steps=self.fine_tune_steps,
+            learning_rate=FINE_TUNE_LR,
+            time_budget=self.time_budget,
+            clip_mode="norm",
+            clip_value=config.clip_norm,
+        )
+        callbacks = [
+            ProgressBar(self.verbose, f"fine-tuning the pretrained NPT on {self.device}"),
+            BestCheckpoint(engine.patience, engine.smoothing),
+        ]
+        trainer = PriorTrainer(self.module, config, engine.max_steps, callbacks, engine_config=engine)
+        self.history = trainer.fit(batch, evaluate)
+        set_training(self.module, False)
+
+    def _evaluation_task(self, evaluation: pd.DataFrame) -> EncodedTask:
+        """An eval_set's rows as queries of the whole context (the plain view)."""
+        assert self.schema is not None
+        target = self.schema.columns[self.schema.target_indices[0]]
+        X = np.concatenate([self.context_X, self._features(evaluation)])
+        y = np.concatenate([self.context_y, self._target(evaluation[target.name], target)])
+        if np.isnan(y).any():
+            raise DataValidationError(f"eval_set's target {target.name!r} has missing values")
+        rows = np.arange(len(self.context_X))
+        if len(rows) > MAX_CONTEXT_ROWS:
+            rows = np.sort(
+                np.random.default_rng(self.seed).choice(len(rows), MAX_CONTEXT_ROWS, replace=False)
+            )
+        order = np.concatenate([rows, np.arange(len(self.context_X), len(X))])
+        f = X.shape[1]
+        used = np.arange(min(f, self.n_features))
+        return encode_prior_task(
+            X[order][:, used], y[order], len(rows), self.n_classes, self.n_features, used, self.device
+        )
 
     def refresh_context(self, table: pd.DataFrame) -> None:
         assert self.schema is not None
@@ -146,17 +276,9 @@ class PriorFittedLearner:
             X = np.concatenate([self.context_X[rows], queries])
             y = np.concatenate([context_y, np.zeros(len(queries))])
             n = len(rows)
-            f = X.shape[1]
-            chosen = (
-                np.sort(rng.choice(f, size=self.n_features, replace=False))
-                if f > self.n_features
-                else np.arange(f)
-            )
-            positions = rng.permutation(self.n_features)[: len(chosen)]
+            chosen, positions, perm = self._view(rng)
             labels = y
-            perm = np.arange(max(self.n_classes, 1))
-            if self.n_classes:
-                perm = rng.permutation(self.n_classes)  # class c is shown to the model as perm[c]
+            if self.n_classes:  # class c is shown to the model as perm[c]
                 labels = np.concatenate([perm[context_y.astype(np.int64)], np.zeros(len(queries))])
             values, hidden = encode_task(X[:, chosen], labels, n, self.n_classes, self.n_features, positions)
             out = self._query_outputs(values, hidden, n)

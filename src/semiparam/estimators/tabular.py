@@ -240,8 +240,10 @@ _PARAMS_DOC = """
         ``"random"`` (default): the model is trained on the table. ``"pretrained"`` (NPT only):
         the prior-fitted NPT shipped with the package, meta-trained on synthetic tables, predicts
         from the table as its context in one forward pass, with no training (``max_steps`` unset
-        or 0); ``n_estimators`` views of the table (features in other slots, classes in another
-        order) are averaged, 4 by default. At most 10 classes and one target.
+        or 0); with ``max_steps`` > 0 a copy of its weights is first fine-tuned on the table (at
+        most that many steps, stopped on a held-out tenth of the rows or the ``eval_set``).
+        ``n_estimators`` views of the table (features in other slots, classes in another order)
+        are averaged, 4 by default. At most 10 classes and one target.
     max_steps, batch_size, learning_rate, p_feature, p_target, validation_fraction, patience :
         Override the preset's training settings (see ``TrainConfig``) when not None. With the
         ``cpu`` preset training stops by itself when the validation loss stops improving

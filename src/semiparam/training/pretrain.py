@@ -169,12 +169,20 @@ class PriorTrainer(Engine):
     """The engine for pretraining (see the module docstring)."""
 
     def __init__(
-        self, module: nn.Module, config: PretrainConfig, max_steps: int, callbacks: Sequence[Callback] = ()
+        self,
+        module: nn.Module,
+        config: PretrainConfig,
+        max_steps: int,
+        callbacks: Sequence[Callback] = (),
+        engine_config: TrainConfig | None = None,
     ) -> None:
+        """``engine_config``: the engine's schedule, stopping and clipping in place of
+        pretraining's (fine-tuning on one table: the adaptive schedule, stopped on its validation
+        loss); the learning rate stays ``config.learning_rate``."""
         params = [p for p in module.parameters() if p.requires_grad]
         super().__init__(
             module,
-            config.engine_config(max_steps),
+            engine_config or config.engine_config(max_steps),
             callbacks=callbacks,
             optimizer=torch.optim.Adam(params, lr=config.learning_rate),
             group=ProcessGroup(),
@@ -184,6 +192,8 @@ class PriorTrainer(Engine):
         self.dtype = autocast_dtype(self.device, config.mixed_precision)
 
     def learning_rate(self, step: int) -> float:
+        if self.adaptive:
+            return super().learning_rate(step)
         c = self.pretrain_config
         return c.learning_rate * min(1.0, (step + 1) / max(c.warmup_steps, 1))
 
