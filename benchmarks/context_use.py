@@ -52,6 +52,11 @@ LOOKUP_TASK = {
 SETTINGS: dict[str, tuple[str, dict[str, Any], str]] = {
     "npt_default": ("npt", {}, "NPTRegressor at its defaults (one member)"),
     "spin_default": ("spin", {}, "SPINRegressor at its defaults (one member)"),
+    "npt_pretrained": (
+        "npt",
+        {"init": "pretrained"},
+        "the prior-fitted NPT, zero-shot (NPTRegressor(init='pretrained'); 4 views, nothing trained)",
+    ),
     "npt_lookup_pairs": (
         "npt",
         {"train_options": {"lookup_pairs": 0.3}},
@@ -120,16 +125,17 @@ def run_cell(setting: str, seed: int) -> dict[str, Any]:
     family, options, _ = SETTINGS[setting]
     X, y, y_new, queries = task(seed)
     cls = {"npt": NPTRegressor, "spin": SPINRegressor}[family]
-    model = cls(n_estimators=1, random_state=seed, verbose=False, **options).fit(X, y)
+    n_estimators = None if options.get("init") == "pretrained" else 1
+    model = cls(n_estimators=n_estimators, random_state=seed, verbose=False, **options).fit(X, y)
     history = model.history_
     first = model.predict(queries)
     before = twin_first(model, queries, (X, y))
     model.set_context(X, y_new)
     after = model.predict(queries)
     return {
-        "steps": history.n_steps,
-        "best_step": history.best_step,
-        "stop": history.stop_reason,
+        "steps": 0 if history is None else history.n_steps,
+        "best_step": None if history is None else history.best_step,
+        "stop": "" if history is None else history.stop_reason,
         "r_fit": float(np.corrcoef(first, y[:N_SOURCE])[0, 1]),
         "twin_first": before,
         "r_old": float(np.corrcoef(after, y[:N_SOURCE])[0, 1]),
@@ -145,7 +151,13 @@ def read_lines(path: Path) -> list[dict[str, Any]]:
 
 
 def cell_key(setting: str, seed: int, src: str) -> str:
-    return json.dumps([setting, SETTINGS[setting][1], seed, src], sort_keys=True)
+    """The record's key: the setting, the seed, the code and, for the prior-fitted NPT, its weights."""
+    parts = [setting, SETTINGS[setting][1], seed, src]
+    if SETTINGS[setting][1].get("init") == "pretrained":
+        from semiparam.pretraining import weights_hash
+
+        parts.append(weights_hash())
+    return json.dumps(parts, sort_keys=True)
 
 
 METRICS = ("r_fit", "twin_first", "r_old", "r_new", "twin_first_new", "steps")
@@ -219,9 +231,14 @@ def main(argv: list[str] | None = None) -> None:
                     flush=True,
                 )
                 with jsonl.open("a") as f:
-                    f.write(
-                        json.dumps({"key": key, "setting": setting, "seed": seed, "result": result}) + "\n"
-                    )
+                    record = {
+                        "key": key,
+                        "setting": setting,
+                        "seed": seed,
+                        "command": command,
+                        "result": result,
+                    }
+                    f.write(json.dumps(record) + "\n")
     write_report(a.out_dir, command)
 
 

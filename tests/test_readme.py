@@ -129,6 +129,9 @@ EXAMPLES = {
         0,
     ): "test_the_spin_and_explanation_examples_run",
     ("Images: NPT and SPIN over image patches", 0): "test_the_image_example_runs",
+    ("The prior-fitted NPT: predictions with no training", 0): "test_the_pretrained_example_runs",
+    ("How it was made", 0): "an hour of pretraining and the suite; tests/test_pretrained.py runs the "
+    "loop, its resume and the prediction at tiny sizes",
     (
         "Attention backends: exact, chunked, random features, top-k",
         0,
@@ -224,6 +227,16 @@ def test_the_spin_and_explanation_examples_run(
     code = example("Explanations: which rows and which features drove a prediction")
     exec("from semiparam import NPTClassifier\n" + code, ns)  # noqa: S102
     assert isinstance(ns["spin"], SPINClassifier)
+
+
+def test_the_pretrained_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the shipped weights; the fine-tuning line with a few steps."""
+    monkeypatch.chdir(tmp_path)
+    X, labels, y = frames()
+    ns = {"X_train": X[:50], "y_train": labels[:50], "X_test": X[50:], "X": X, "y": y}
+    section = "The prior-fitted NPT: predictions with no training"
+    exec(example(section, 0, **{"max_steps=200": f"max_steps={STEPS}"}), ns)  # noqa: S102
+    assert ns["proba"].shape == (30, 2) and ns["tuned"].history_.n_steps <= STEPS
 
 
 def test_the_tuning_examples_run(few_steps: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
