@@ -10,6 +10,11 @@
 # the card, the 2,000-row tables first (fit_cost.py --device cuda), then the profile of a member.
 # Both reports are rendered there (the code hash is Python-version specific) and land under $OUT.
 # FIT_SECONDS (default 300) bounds the fits; STEP_SIZES the step sizes.
+#
+# pretrain: adds PRETRAIN_SECONDS (default 420) of GPU pretraining to the prior-fitted NPT (issue 51):
+#   through the device tool: carry [".pretrain"], command "OUT=$OUT bash benchmarks/device_check.sh pretrain";
+#   then here: cp <files_at>/pretrain/state.pt .pretrain/ && cp <files_at>/weights/* src/semiparam/weights/
+#   && python benchmarks/pretrain.py --export-only  (the card and report name the seconds by device)
 set -u
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 GPU="$ROOT/.gpu"
@@ -61,8 +66,18 @@ run)
     sed -n '/## Totals/,/## Where/p;/## Cells whose/,$p' "$OUT/fc/fit_cost.md"
     grep -A4 '^| n |' "$OUT/step/step_cost.md"
     ;;
+pretrain)
+    cd "$ROOT" || exit 1
+    export PYTHONPATH="$ROOT/src" PYTHONUNBUFFERED=1
+    OUT="${OUT:-/tmp/device_check}"
+    mkdir -p "$OUT/pretrain" "$OUT/weights"
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+    python3 benchmarks/pretrain.py --device cuda --seconds "${PRETRAIN_SECONDS:-420}" --checkpoint-dir .pretrain
+    cp .pretrain/state.pt "$OUT/pretrain/" && cp src/semiparam/weights/npt_prior.* "$OUT/weights/"
+    tail -5 benchmarks/results/pretrain/pretrain.md
+    ;;
 *)
-    echo "usage: $0 prepare|run" >&2
+    echo "usage: $0 prepare|run|pretrain" >&2
     exit 2
     ;;
 esac

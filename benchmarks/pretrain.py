@@ -39,7 +39,7 @@ def git_head() -> str | None:
         return None
 
 
-def write_report(card: dict) -> None:
+def write_report(card: dict, baseline: dict) -> None:
     REPORT.mkdir(parents=True, exist_ok=True)
     (REPORT / "pretrain.json").write_text(json.dumps(card, indent=1) + "\n")
     hours = {k: v / 3600 for k, v in card["seconds_by_device"].items()}
@@ -60,6 +60,8 @@ def write_report(card: dict) -> None:
         "",
         "| step | loss | classification | accuracy | regression |",
         "| --- | --- | --- | --- | --- |",
+        f"| no features (the training rows' labels alone) | {baseline['loss']:.4f} | "
+        f"{baseline['classification']:.4f} | {baseline['accuracy']:.3f} | {baseline['regression']:.4f} |",
     ]
     for e in card["held_out"]:
         lines.append(
@@ -91,7 +93,8 @@ def main(argv: list[str] | None = None) -> None:
         last = run.evaluations[-1] if run.evaluations else {}
         print(f"pretrained to step {run.steps}; held-out {json.dumps(last)}", flush=True)
     module, steps, ledger = pretraining.checkpointed_model(a.checkpoint_dir)
-    write_report(pretraining.export_weights(module, steps, ledger, command, git_head()))
+    card = pretraining.export_weights(module, steps, ledger, command, git_head())
+    write_report(card, pretraining.held_out_baseline())
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ __all__ = [
     "build_prior_npt",
     "continue_pretraining",
     "export_weights",
+    "held_out_baseline",
     "weights_card",
     "weights_hash",
 ]
@@ -135,6 +136,35 @@ def export_weights(
     }
     (directory / f"{WEIGHTS}.json").write_text(json.dumps(card, indent=1) + "\n")
     return card
+
+
+def held_out_baseline() -> dict[str, float]:
+    """The held-out prior tasks' loss without looking at features: each query predicted by its
+    task's training rows alone (the class shares, add-one smoothed; the mean, 0 in standardised
+    units). The floor a pretrained model has to go below, in the units of its held-out loss."""
+    import numpy as np
+
+    training = PretrainConfig()
+    prior = TablePrior(PriorConfig(max_features=N_FEATURES, max_classes=MAX_CLASSES), seed=training.eval_seed)
+    cls, reg, correct, count = [], [], 0, 0
+    for _ in range(training.eval_tasks):
+        task = prior.sample()
+        prior.rng.permutation(N_FEATURES)  # the draw pretrain() makes for the slots: the same tasks follow
+        train, query = task.y[: task.n_train], task.y[task.n_train :]
+        if task.n_classes:
+            counts = np.bincount(train.astype(np.int64), minlength=task.n_classes) + 1.0
+            share = counts / counts.sum()
+            cls.append(float(-np.log(share[query.astype(np.int64)]).mean()))
+            correct += int((query == share.argmax()).sum())
+            count += len(query)
+        else:
+            reg.append(float((((query - train.mean()) / (train.std() + 1e-8)) ** 2).mean()))
+    return {
+        "loss": float(np.mean(cls + reg)),
+        "classification": float(np.mean(cls)),
+        "accuracy": correct / max(count, 1),
+        "regression": float(np.mean(reg)),
+    }
 
 
 def weights_card() -> dict[str, Any]:
