@@ -9,10 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from semiparam import NPTClassifier, NPTRegressor, SPINClassifier, TableClassifier
 from semiparam._config import ConfigError
+from semiparam._io import ModelFileError
 from semiparam.data.prior import PriorConfig, TablePrior, encode_task, normal_scores
 from semiparam.data.table import DataValidationError
 from semiparam.models.npt import NPT, NPTConfig
@@ -152,8 +153,27 @@ def test_pretrained_refuses_what_it_cannot_do(tiny_weights):
         NPTClassifier(init="pretrained").fit(X, y, sample_weight=np.arange(len(X)) + 1.0)
     with pytest.raises(ValueError, match="X_unlabeled"):
         NPTClassifier(init="pretrained").fit(X, y, X_unlabeled=X)
-    with pytest.raises(NotImplementedError, match="not supported yet"):
-        NPTClassifier(init="pretrained").fit(X, y).save(tiny_weights / "model")
+
+
+def test_a_pretrained_model_saves_and_loads_to_the_same_predictions(tiny_weights, tmp_path, monkeypatch):
+    X, y = _table()
+    clf = NPTClassifier(init="pretrained", n_estimators=2).fit(X[:40], y[:40])
+    loaded = NPTClassifier.load(clf.save(tmp_path / "zero"))
+    np.testing.assert_array_equal(loaded.predict_proba(X[40:]), clf.predict_proba(X[40:]))
+    assert loaded.get_params()["init"] == "pretrained"
+    tuned = NPTRegressor(init="pretrained", max_steps=12).fit(X[:40], X["f2"][:40])
+    again = NPTRegressor.load(tuned.save(tmp_path / "tuned"))
+    np.testing.assert_array_equal(again.predict(X[40:]), tuned.predict(X[40:]))
+    assert again.history_.n_steps == tuned.history_.n_steps
+    # other shipped weights: a zero-shot model saved with the old ones is refused
+    other = tmp_path / "other_weights"
+    other.mkdir()
+    weights = load_file(tiny_weights / "npt_prior.safetensors")
+    save_file({k: v + 1 for k, v in weights.items()}, other / "npt_prior.safetensors")
+    (other / "npt_prior.json").write_text((tiny_weights / "npt_prior.json").read_text())
+    monkeypatch.setattr("semiparam.estimators.pretrained.weights_dir", lambda: other)
+    with pytest.raises(ModelFileError, match="other pretrained weights"):
+        NPTClassifier.load(tmp_path / "zero")
 
 
 def test_fine_tuning_starts_from_the_pretrained_weights_and_stops_on_held_out_rows(tiny_weights):

@@ -39,7 +39,7 @@ from ..training.members import MemberPlan, train_members
 from ..training.seeding import seeded_build
 from ..training.trainer import ProgressBar, TrainHistory
 from ._context import PredictionContext
-from .learner import FORMAT_VERSION, TableLearner, json_default, read_model_meta
+from .learner import FORMAT_VERSION, PRIOR_FITTED_FORMAT, TableLearner, json_default, read_model_meta
 
 ENSEMBLE_FORMAT = "ensemble-1"
 
@@ -599,6 +599,10 @@ class EnsembleLearner:
     ) -> tuple[EnsembleLearner, dict[str, Any]]:
         path = Path(path)
         meta = read_model_meta(path)
+        if meta.get("layout") == PRIOR_FITTED_FORMAT:  # init="pretrained": the prior-fitted NPT
+            from .pretrained import PriorFittedLearner
+
+            return PriorFittedLearner.load(path, meta, device=device)  # type: ignore[return-value]
         # a single model (or one saved before ensembles existed) has the single model's layout
         if meta.get("layout") != ENSEMBLE_FORMAT:
             learner, extra = TableLearner.load(path, device=device)

@@ -70,6 +70,9 @@ from ._sampling import (
 )
 
 FORMAT_VERSION = 1
+PRIOR_FITTED_FORMAT = (
+    "prior-fitted-1"  # the layout of a saved init="pretrained" model (estimators.pretrained)
+)
 
 
 @dataclass

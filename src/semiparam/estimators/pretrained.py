@@ -24,8 +24,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
+from .._io import ModelFileError, atomic_directory, file_sha256, read_tensors, verify_checksums
 from ..data.columns import CATEGORICAL
 from ..data.prior import encode_task
 from ..data.table import DataValidationError, TableSchema
@@ -33,7 +34,7 @@ from ..models.npt import NPT, NPTConfig
 from ..nn.modes import set_training
 from ..training.config import TrainConfig
 from ..training.device import resolve_device
-from ..training.engine import BestCheckpoint, ProgressBar
+from ..training.engine import BestCheckpoint, ProgressBar, TrainHistory
 from ..training.pretrain import (
     EncodedTask,
     PretrainConfig,
@@ -42,6 +43,7 @@ from ..training.pretrain import (
     prior_layout,
     task_loss,
 )
+from .learner import FORMAT_VERSION, PRIOR_FITTED_FORMAT, json_default
 
 WEIGHTS = "npt_prior"
 N_ENSEMBLE = 4
@@ -336,11 +338,65 @@ class PriorFittedLearner:
     def _target(self, values: pd.Series, spec: Any) -> np.ndarray:
         return self._column(values, spec)
 
-    def save(self, *args: Any, **kwargs: Any) -> None:
-        raise NotImplementedError(
-            "saving a model with init='pretrained' is not supported yet: it holds no trained weights, "
-            "only its context; keep the table and call fit again (no training, a forward pass)"
-        )
+    # -- persistence ----------------------------------------------------------------------------------
+    def save(self, path: str | Path, extra: dict[str, Any] | None = None, *, overwrite: bool = False) -> Path:
+        """``semiparam.json`` (the layout, schema, views, the shipped weights' sha256 and the
+        estimator's state), ``context.safetensors`` (the context rows as the model reads them) and,
+        when fine-tuned, ``model.safetensors``. No pickle; written aside and renamed into place."""
+        if self.schema is None:
+            raise RuntimeError("nothing to save: the model is not fitted")
+        path = Path(path)
+        with atomic_directory(path, overwrite=overwrite) as tmp:
+            target = Path(tmp)
+            context = {"X": torch.tensor(self.context_X), "y": torch.tensor(self.context_y)}
+            save_file(context, str(target / "context.safetensors"))
+            files = ["context.safetensors"]
+            if self.history is not None:  # fine-tuned: its own weights
+                weights = {k: v.detach().cpu().contiguous() for k, v in self.module.state_dict().items()}
+                save_file(weights, str(target / "model.safetensors"))
+                files.append("model.safetensors")
+            meta = {
+                "format_version": FORMAT_VERSION,
+                "layout": PRIOR_FITTED_FORMAT,
+                "weights_sha256": file_sha256(weights_dir() / f"{WEIGHTS}.safetensors"),
+                "schema": self.schema.to_dict(),
+                "seed": self.seed,
+                "n_ensemble": self.n_ensemble,
+                "history": None if self.history is None else self.history.to_dict(),
+                "estimator": extra or {},
+                "sha256": {name: file_sha256(target / name) for name in files},
+            }
+            (target / "semiparam.json").write_text(json.dumps(meta, indent=2, default=json_default))
+        return path
+
+    @classmethod
+    def load(
+        cls, path: str | Path, meta: dict[str, Any], *, device: str | torch.device | None = None
+    ) -> tuple[PriorFittedLearner, dict[str, Any]]:
+        """The learner :meth:`save` wrote (``meta``: its ``semiparam.json``). A model saved with
+        other shipped weights than the installed ones is refused, unless it was fine-tuned (then
+        it carries its own)."""
+        path = Path(path)
+        learner = cls(device=device or "cpu", seed=meta["seed"], n_ensemble=meta["n_ensemble"])
+        verify_checksums(path, meta.get("sha256"))
+        installed = file_sha256(weights_dir() / f"{WEIGHTS}.safetensors")
+        if meta["history"] is not None:
+            learner.module.load_state_dict(
+                read_tensors(path / "model.safetensors", load_file, device=str(learner.device))
+            )
+            learner.history = TrainHistory(**meta["history"])
+        elif meta["weights_sha256"] != installed:
+            raise ModelFileError(
+                f"{path} was saved with other pretrained weights (sha256 {meta['weights_sha256'][:16]}) "
+                f"than the installed ones ({installed[:16]}); fit it again with this version"
+            )
+        learner.schema = TableSchema.from_dict(meta["schema"])
+        context = read_tensors(path / "context.safetensors", load_file, device="cpu")
+        learner.context_X = context["X"].numpy()
+        learner.context_y = context["y"].numpy()
+        target = learner.schema.columns[learner.schema.target_indices[0]]
+        learner.n_classes = len(target.categories) if target.kind == CATEGORICAL else 0
+        return learner, meta["estimator"]
 
 
 __all__ = ["PriorFittedLearner", "load_prior_npt"]
