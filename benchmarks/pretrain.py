@@ -53,6 +53,16 @@ def write_report(card: dict, baseline: dict) -> None:
         f"{card['max_classes']}",
         f"- steps: {card['steps']:,}; prior tasks seen: {card['tasks_seen']:,}",
         "- compute: " + ", ".join(f"{h:.2f} h on {d}" for d, h in sorted(hours.items())),
+        "- model: NPT (`NPTConfig.prior()`): "
+        + ", ".join(
+            f"{k}={card['model_config'][k]}" for k in ("d_embedding", "n_blocks", "n_heads", "ff_multiplier")
+        ),
+        "- prior (`semiparam.data.prior.TablePrior`, written from the published descriptions of the "
+        "prior-fitted networks' priors): random causal networks and sums of random trees; "
+        + ", ".join(f"{k}={v}" for k, v in card["prior_config"].items()),
+        "- training: " + ", ".join(f"{k}={v}" for k, v in card["pretrain_config"].items()),
+        "- licence: the weights are the project's own (MIT), trained here on synthetic tables only",
+        "- evaluation on real tables: `benchmarks/results/pretrained/pretrained_eval.md`",
         "",
         "Held-out prior tasks (their own seed), by step: mean query loss (cross entropy for "
         "classification, squared error of the standardised target for regression) and "
