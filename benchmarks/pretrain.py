@@ -103,7 +103,12 @@ def main(argv: list[str] | None = None) -> None:
         last = run.evaluations[-1] if run.evaluations else {}
         print(f"pretrained to step {run.steps}; held-out {json.dumps(last)}", flush=True)
     module, steps, ledger = pretraining.checkpointed_model(a.checkpoint_dir)
-    card = pretraining.export_weights(module, steps, ledger, command, git_head())
+    from semiparam.bench.measure import machine_info
+
+    machine = machine_info().get("cpu")
+    if torch.cuda.is_available():
+        machine = f"{machine}, {torch.cuda.get_device_name(0)}"
+    card = pretraining.export_weights(module, steps, ledger, command, git_head(), machine=machine)
     write_report(card, pretraining.held_out_baseline())
 
 

@@ -110,6 +110,7 @@ def export_weights(
     command: str,
     commit: str | None = None,
     directory: Path | None = None,
+    machine: str | None = None,
 ) -> dict[str, Any]:
     """Write the weights (float32 safetensors) and the card into ``directory`` (default: the
     package's ``weights`` folder); returns the card."""
@@ -132,7 +133,7 @@ def export_weights(
         "held_out": ledger.get("evaluations", []),
         "exported_at_commit": commit,
         "exported_by": command,
-        "machine": platform.processor() or platform.machine(),
+        "machine": machine or platform.processor() or platform.machine(),
     }
     (directory / f"{WEIGHTS}.json").write_text(json.dumps(card, indent=1) + "\n")
     return card
