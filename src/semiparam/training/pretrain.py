@@ -236,6 +236,13 @@ def held_out_loss(module: nn.Module, tasks: Sequence[EncodedTask]) -> dict[str, 
     return out
 
 
+def device_label(device: torch.device) -> str:
+    """How the ledger names a device: ``cpu``, or the card (``cuda: NVIDIA H200``)."""
+    if device.type == "cuda":
+        return f"cuda: {torch.cuda.get_device_name(device)}"
+    return device.type
+
+
 @dataclass
 class _Ledger:
     """What the checkpoint carries beside the engine's state: the held-out scores so far and the
@@ -324,7 +331,7 @@ def pretrain(
         list(extra["evaluations"]),
         dict(extra["seconds_by_device"]),
         float(state["seconds"]) if state is not None else 0.0,
-        device.type,
+        device_label(device),
         time.perf_counter(),
     )
 
