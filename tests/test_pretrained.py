@@ -153,6 +153,8 @@ def test_pretrained_refuses_what_it_cannot_do(tiny_weights):
         NPTClassifier(init="pretrained").fit(X, y, sample_weight=np.arange(len(X)) + 1.0)
     with pytest.raises(ValueError, match="X_unlabeled"):
         NPTClassifier(init="pretrained").fit(X, y, X_unlabeled=X)
+    with pytest.raises(NotImplementedError, match="explanations"):
+        NPTClassifier(init="pretrained").fit(X, y).explain_rows(X[:3])
 
 
 def test_a_pretrained_model_saves_and_loads_to_the_same_predictions(tiny_weights, tmp_path, monkeypatch):

@@ -52,6 +52,11 @@ class Explainer:
 
     def __init__(self, estimator: Any, context: tuple[Any, Any] | None, target: str | None) -> None:
         check_is_fitted(estimator, "learner_")
+        if getattr(estimator, "init", "random") == "pretrained":
+            raise NotImplementedError(
+                "explanations of the prior-fitted NPT (init='pretrained') are not available yet; "
+                "explain a model trained on the table (init='random')"
+            )
         self.estimator = estimator
         ensemble = estimator.learner_
         self.members = list(ensemble.members)
