@@ -165,6 +165,11 @@ def cell_key(setting: str, seed: int, src: str) -> str:
 METRICS = ("r_fit", "twin_first", "r_old", "r_new", "twin_first_new", "steps")
 
 
+def share(value: float) -> str:
+    """A share as a percentage; "n/a" where it was not measured (NaN)."""
+    return "n/a" if np.isnan(value) else f"{value:.0%}"
+
+
 def write_report(out: Path, command: str) -> None:
     src = ds.src_hash()
     current = [
@@ -199,7 +204,7 @@ def write_report(out: Path, command: str) -> None:
     for r in rows:
         lines.append(
             f"| {r['setting']} | {len(r['seeds'])} | {r['steps']:.0f} | {r['r_fit']:.2f} | "
-            f"{r['twin_first']:.0%} | {r['r_old']:.2f} | {r['r_new']:.2f} | {r['twin_first_new']:.0%} |"
+            f"{share(r['twin_first'])} | {r['r_old']:.2f} | {r['r_new']:.2f} | {share(r['twin_first_new'])} |"
         )
     lines += ["", "Settings:", ""] + [f"- `{r['setting']}`: {r['what']}" for r in rows]
     (out / "context_use.md").write_text("\n".join(lines) + "\n")
