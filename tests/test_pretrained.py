@@ -153,8 +153,11 @@ def test_pretrained_refuses_what_it_cannot_do(tiny_weights):
         NPTClassifier(init="pretrained").fit(X, y, sample_weight=np.arange(len(X)) + 1.0)
     with pytest.raises(ValueError, match="X_unlabeled"):
         NPTClassifier(init="pretrained").fit(X, y, X_unlabeled=X)
+    fitted = NPTClassifier(init="pretrained").fit(X, y)
     with pytest.raises(NotImplementedError, match="explanations"):
-        NPTClassifier(init="pretrained").fit(X, y).explain_rows(X[:3])
+        fitted.explain_rows(X[:3])
+    with pytest.raises(NotImplementedError, match="feature importances"):
+        _ = fitted.feature_importances_
 
 
 def test_a_pretrained_model_saves_and_loads_to_the_same_predictions(tiny_weights, tmp_path, monkeypatch):

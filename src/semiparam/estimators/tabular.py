@@ -142,6 +142,10 @@ class _SupervisedTableEstimator(ExplainMixin, TableEstimatorMixin):
         nothing until asked for; a model loaded from disk has no held-out rows (call
         ``feature_importances(X, y)`` with labelled rows)."""
         check_is_fitted(self, "learner_")
+        if getattr(self, "init", "random") == "pretrained":
+            raise NotImplementedError(
+                "feature importances of the prior-fitted NPT (init='pretrained') are not available yet"
+            )
         cached = getattr(self, "_feature_importances", None)
         if cached is not None:
             return cached
