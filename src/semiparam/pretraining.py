@@ -25,7 +25,7 @@ from .estimators.pretrained import WEIGHTS, weights_dir
 from .models.npt import NPT, NPTConfig
 from .training.checkpoint import TrainingCheckpoint
 from .training.device import resolve_device
-from .training.pretrain import PretrainConfig, PretrainRun, pretrain, prior_layout
+from .training.pretrain import PretrainConfig, PretrainRun, draw_task, pretrain, prior_layout
 from .training.seeding import seeded_build
 
 __all__ = [
@@ -149,8 +149,7 @@ def held_out_baseline() -> dict[str, float]:
     prior = TablePrior(PriorConfig(max_features=N_FEATURES, max_classes=MAX_CLASSES), seed=training.eval_seed)
     cls, reg, correct, count = [], [], 0, 0
     for _ in range(training.eval_tasks):
-        task = prior.sample()
-        prior.rng.permutation(N_FEATURES)  # the draw pretrain() makes for the slots: the same tasks follow
+        task, _ = draw_task(prior, N_FEATURES)  # the held-out tasks of pretrain(), drawn as it draws them
         train, query = task.y[: task.n_train], task.y[task.n_train :]
         if task.n_classes:
             counts = np.bincount(train.astype(np.int64), minlength=task.n_classes) + 1.0

@@ -35,14 +35,23 @@ from torch.nn import functional as F
 
 from .._config import ConfigError, FrozenConfig
 from ..data.columns import CATEGORICAL, CONTINUOUS, ColumnLayout
-from ..data.prior import TablePrior, encode_task
+from ..data.prior import PriorTask, TablePrior, encode_task
+from ..nn.columns import ColumnOutputs
 from .checkpoint import TrainingCheckpoint
 from .config import TrainConfig
 from .device import autocast, autocast_dtype
 from .distributed import ProcessGroup
 from .engine import Callback, Engine, ProgressBar, TrainHistory
 
-__all__ = ["PretrainConfig", "PriorTrainer", "prior_layout", "pretrain", "task_loss", "TaskBatches"]
+__all__ = [
+    "PretrainConfig",
+    "PriorTrainer",
+    "TaskBatches",
+    "draw_task",
+    "prior_layout",
+    "pretrain",
+    "task_loss",
+]
 
 
 def prior_layout(n_features: int, max_classes: int) -> ColumnLayout:
@@ -121,6 +130,19 @@ def encode_prior_task(
     )
 
 
+def draw_task(prior: TablePrior, n_features: int) -> tuple[PriorTask, np.ndarray]:
+    """The prior's next task and the slots its features take (a random order of the model's
+    ``n_features`` slots, drawn from the prior's generator): every stream of tasks is drawn so."""
+    return prior.sample(), prior.rng.permutation(n_features)
+
+
+def encode_drawn(
+    task: PriorTask, positions: np.ndarray, n_features: int, device: torch.device
+) -> EncodedTask:
+    """A drawn task (:func:`draw_task`) as model inputs."""
+    return encode_prior_task(task.X, task.y, task.n_train, task.n_classes, n_features, positions, device)
+
+
 class TaskBatches:
     """The engine's batch source: ``tasks_per_step`` prior tasks per step, encoded, features in
     random slots. Its random state is the prior's (checkpointed)."""
@@ -135,11 +157,7 @@ class TaskBatches:
         self.seconds = 0.0  # spent drawing tasks
 
     def draw(self) -> EncodedTask:
-        task = self.prior.sample()
-        positions = self.prior.rng.permutation(self.n_features)
-        return encode_prior_task(
-            task.X, task.y, task.n_train, task.n_classes, self.n_features, positions, self.device
-        )
+        return encode_drawn(*draw_task(self.prior, self.n_features), self.n_features, self.device)
 
     def __call__(self, step: int) -> list[EncodedTask]:
         start = time.perf_counter()
@@ -157,7 +175,11 @@ class TaskBatches:
 
 def task_loss(module: nn.Module, task: EncodedTask) -> Tensor:
     """The loss of one task's queries: cross entropy over its classes, or squared error."""
-    out = module(task.values, task.hidden, task.is_query)
+    return outputs_loss(module(task.values, task.hidden, task.is_query), task)
+
+
+def outputs_loss(out: ColumnOutputs, task: EncodedTask) -> Tensor:
+    """:func:`task_loss` from the model's outputs for the task's rows."""
     if task.n_classes:
         logits = out.categorical[0][task.is_query, : task.n_classes].float()
         return F.cross_entropy(logits, task.y)
@@ -219,10 +241,11 @@ def held_out_loss(module: nn.Module, tasks: Sequence[EncodedTask]) -> dict[str, 
     module.eval()
     cls, reg, correct, count = [], [], 0, 0
     for task in tasks:
-        loss = float(task_loss(module, task))
+        out = module(task.values, task.hidden, task.is_query)
+        loss = float(outputs_loss(out, task))
         if task.n_classes:
             cls.append(loss)
-            logits = module(task.values, task.hidden, task.is_query).categorical[0][task.is_query]
+            logits = out.categorical[0][task.is_query]
             correct += int((logits[:, : task.n_classes].argmax(1) == task.y).sum())
             count += len(task.y)
         else:
@@ -320,11 +343,9 @@ def pretrain(
     device = next(module.parameters()).device
     source = TaskBatches(prior, config.tasks_per_step, n_features, device)
     eval_prior = TablePrior(prior.config, seed=config.eval_seed)
-    eval_tasks = []
-    for _ in range(config.eval_tasks):
-        t = eval_prior.sample()
-        positions = eval_prior.rng.permutation(n_features)
-        eval_tasks.append(encode_prior_task(t.X, t.y, t.n_train, t.n_classes, n_features, positions, device))
+    eval_tasks = [
+        encode_drawn(*draw_task(eval_prior, n_features), n_features, device) for _ in range(config.eval_tasks)
+    ]
     state = checkpoint.read(map_location=device) if checkpoint is not None else None
     extra = state["extra"] if state is not None else {"evaluations": [], "seconds_by_device": {}}
     ledger = _Ledger(
