@@ -28,9 +28,9 @@ from safetensors.torch import load_file, save_file
 
 from .._io import ModelFileError, atomic_directory, file_sha256, read_tensors, verify_checksums
 from ..data.columns import CATEGORICAL
-from ..data.prior import encode_task
 from ..data.table import DataValidationError, TableSchema
 from ..models.npt import NPT, NPTConfig
+from ..nn.columns import ColumnOutputs
 from ..nn.modes import set_training
 from ..training.config import TrainConfig
 from ..training.device import resolve_device
@@ -105,6 +105,13 @@ class PriorFittedLearner:
         self.schema: TableSchema | None = None
         self.history = None  # set by fine_tune
 
+    @property
+    def n_classes(self) -> int:
+        """The target's classes (0: a continuous target)."""
+        assert self.schema is not None
+        target = self.schema.columns[self.schema.target_indices[0]]
+        return len(target.categories) if target.kind == CATEGORICAL else 0
+
     # -- the EnsembleLearner surface the estimators use ---------------------------------------------
     @property
     def members(self) -> list[Any]:
@@ -150,14 +157,25 @@ class PriorFittedLearner:
         self.schema = schema
         self.refresh_context(table)
         if self.fine_tune_steps:
-            self.fine_tune(None if evaluation is None else evaluation)
+            self.fine_tune(evaluation)
         return self
 
+    @staticmethod
+    def _context_rows(n: int, rng: np.random.Generator) -> np.ndarray:
+        """The rows of an ``n``-row context a view reads: all, or a random ``MAX_CONTEXT_ROWS``."""
+        if n <= MAX_CONTEXT_ROWS:
+            return np.arange(n)
+        return np.sort(rng.choice(n, size=MAX_CONTEXT_ROWS, replace=False))
+
     # -- fine-tuning ----------------------------------------------------------------------------------
-    def _view(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _view(self, rng: np.random.Generator | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """One view of the table: the features it reads (a subset past the model's slots), the
-        slots they take, and the class numbering (class c is shown as ``perm[c]``)."""
+        slots they take, and the class numbering (class c is shown as ``perm[c]``); random, or
+        without ``rng`` the plain one (the first features in the first slots, classes as numbered)."""
         f = self.context_X.shape[1]
+        if rng is None:
+            used = np.arange(min(f, self.n_features))
+            return used, used, np.arange(max(self.n_classes, 1))
         chosen = np.arange(f)
         if f > self.n_features:
             chosen = np.sort(rng.choice(f, size=self.n_features, replace=False))
@@ -167,19 +185,28 @@ class PriorFittedLearner:
 
     def _task(self, rows: np.ndarray, queries: np.ndarray, rng: np.random.Generator | None) -> EncodedTask:
         """The context rows ``rows`` and query rows ``queries`` (positions in the context table) as a
-        task: through a random view, or the plain one (features in order, classes as numbered)."""
-        if rng is None:
-            f = self.context_X.shape[1]
-            chosen, positions = np.arange(min(f, self.n_features)), np.arange(min(f, self.n_features))
-            perm = np.arange(max(self.n_classes, 1))
-        else:
-            chosen, positions, perm = self._view(rng)
-        order = np.concatenate([rows, queries])
-        y = self.context_y[order]
+        task, through a random view (the plain one without ``rng``)."""
+        X, y = self.context_X, self.context_y
+        return self._encode(X[rows], y[rows], X[queries], y[queries], self._view(rng))
+
+    def _encode(
+        self,
+        context_X: np.ndarray,
+        context_y: np.ndarray,
+        query_X: np.ndarray,
+        query_y: np.ndarray,
+        view: tuple[np.ndarray, np.ndarray, np.ndarray],
+    ) -> EncodedTask:
+        """Context rows (with labels) and query rows as one task through ``view`` (:meth:`_view`);
+        the queries' labels are only scored, never shown."""
+        chosen, positions, perm = view
+        y = np.concatenate([context_y, query_y])
         if self.n_classes:
             y = perm[y.astype(np.int64)].astype(np.float64)
-        X = self.context_X[order][:, chosen]
-        return encode_prior_task(X, y, len(rows), self.n_classes, self.n_features, positions, self.device)
+        X = np.concatenate([context_X, query_X])[:, chosen]
+        return encode_prior_task(
+            X, y, len(context_X), self.n_classes, self.n_features, positions, self.device
+        )
 
     def fine_tune(self, evaluation: pd.DataFrame | None = None) -> None:
         """Fine-tune a copy of the pretrained weights on this table with pretraining's loss: each
@@ -214,9 +241,7 @@ class PriorFittedLearner:
 
         def evaluate() -> float:
             with torch.no_grad():
-                set_training(self.module, False)
-                loss = float(task_loss(self.module, validation))
-            return loss
+                return float(task_loss(set_training(self.module, False), validation))
 
         config = PretrainConfig(learning_rate=FINE_TUNE_LR)
         engine = TrainConfig.cpu().replace(
@@ -238,28 +263,18 @@ class PriorFittedLearner:
         """An eval_set's rows as queries of the whole context (the plain view)."""
         assert self.schema is not None
         target = self.schema.columns[self.schema.target_indices[0]]
-        X = np.concatenate([self.context_X, self._features(evaluation)])
-        y = np.concatenate([self.context_y, self._target(evaluation[target.name], target)])
-        if np.isnan(y).any():
+        eval_y = self._column(evaluation[target.name], target)
+        if np.isnan(eval_y).any():
             raise DataValidationError(f"eval_set's target {target.name!r} has missing values")
-        rows = np.arange(len(self.context_X))
-        if len(rows) > MAX_CONTEXT_ROWS:
-            rows = np.sort(
-                np.random.default_rng(self.seed).choice(len(rows), MAX_CONTEXT_ROWS, replace=False)
-            )
-        order = np.concatenate([rows, np.arange(len(self.context_X), len(X))])
-        f = X.shape[1]
-        used = np.arange(min(f, self.n_features))
-        return encode_prior_task(
-            X[order][:, used], y[order], len(rows), self.n_classes, self.n_features, used, self.device
-        )
+        rows = self._context_rows(len(self.context_X), np.random.default_rng(self.seed))
+        context = (self.context_X[rows], self.context_y[rows])
+        return self._encode(*context, self._features(evaluation), eval_y, self._view(None))
 
     def refresh_context(self, table: pd.DataFrame) -> None:
         assert self.schema is not None
         self.context_X = self._features(table)
         target = self.schema.columns[self.schema.target_indices[0]]
-        self.n_classes = len(target.categories) if target.kind == CATEGORICAL else 0
-        self.context_y = self._target(table[target.name], target)
+        self.context_y = self._column(table[target.name], target)
         if np.isnan(self.context_y).any():
             raise DataValidationError(f"target {target.name!r} has missing values in the context rows")
 
@@ -271,19 +286,12 @@ class PriorFittedLearner:
         rng = np.random.default_rng(self.seed)
         total = np.zeros((len(queries), max(self.n_classes, 1)))
         for _ in range(self.n_ensemble):
-            rows = np.arange(len(self.context_X))
-            if len(rows) > MAX_CONTEXT_ROWS:
-                rows = np.sort(rng.choice(len(rows), size=MAX_CONTEXT_ROWS, replace=False))
+            rows = self._context_rows(len(self.context_X), rng)
             context_y = self.context_y[rows]
-            X = np.concatenate([self.context_X[rows], queries])
-            y = np.concatenate([context_y, np.zeros(len(queries))])
-            n = len(rows)
-            chosen, positions, perm = self._view(rng)
-            labels = y
-            if self.n_classes:  # class c is shown to the model as perm[c]
-                labels = np.concatenate([perm[context_y.astype(np.int64)], np.zeros(len(queries))])
-            values, hidden = encode_task(X[:, chosen], labels, n, self.n_classes, self.n_features, positions)
-            out = self._query_outputs(values, hidden, n)
+            view = self._view(rng)
+            perm = view[2]  # class c is shown to the model as perm[c]
+            task = self._encode(self.context_X[rows], context_y, queries, np.zeros(len(queries)), view)
+            out = self._query_outputs(task, len(rows))
             if self.n_classes:
                 proba = torch.softmax(out.categorical[0][:, : self.n_classes].double(), dim=1).cpu().numpy()
                 total += proba[:, perm]  # back to the table's class order
@@ -295,18 +303,15 @@ class PriorFittedLearner:
         return {name: {"proba": total} if self.n_classes else {"mean": total[:, 0]}}
 
     @torch.no_grad()
-    def _query_outputs(
-        self, values: np.ndarray, hidden: np.ndarray, n_context: int, chunk: int = 1024
-    ) -> Any:
-        v = torch.as_tensor(values, device=self.device)
-        h = torch.as_tensor(hidden, device=self.device)
+    def _query_outputs(self, task: EncodedTask, n_context: int, chunk: int = 1024) -> ColumnOutputs:
+        """The outputs for ``task``'s query rows, predicted from its ``n_context`` context rows
+        encoded once, queries ``chunk`` at a time."""
+        v, h = task.values, task.hidden
         cache = self.module.encode_context(v[:n_context], h[:n_context])
         pieces = [
             self.module.forward_queries(v[start : start + chunk], h[start : start + chunk], cache)
             for start in range(n_context, len(v), chunk)
         ]
-        from ..nn.columns import ColumnOutputs
-
         return ColumnOutputs(
             torch.cat([p.continuous for p in pieces]),
             [torch.cat([p.categorical[0] for p in pieces])],
@@ -334,9 +339,6 @@ class PriorFittedLearner:
             index = {c: i for i, c in enumerate(spec.categories)}
             return np.array([index.get(v, np.nan) for v in values], dtype=np.float64)
         return pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64)
-
-    def _target(self, values: pd.Series, spec: Any) -> np.ndarray:
-        return self._column(values, spec)
 
     # -- persistence ----------------------------------------------------------------------------------
     def save(self, path: str | Path, extra: dict[str, Any] | None = None, *, overwrite: bool = False) -> Path:
@@ -394,8 +396,6 @@ class PriorFittedLearner:
         context = read_tensors(path / "context.safetensors", load_file, device="cpu")
         learner.context_X = context["X"].numpy()
         learner.context_y = context["y"].numpy()
-        target = learner.schema.columns[learner.schema.target_indices[0]]
-        learner.n_classes = len(target.categories) if target.kind == CATEGORICAL else 0
         return learner, meta["estimator"]
 
 
