@@ -118,8 +118,9 @@ class TableEstimatorMixin(BaseEstimator):
         shared = {k: v for k, v in options.items() if k not in AUTO_FAMILIES}
         return {**shared, **options.get(model_name, {})}
 
-    def _pretrained_learner(self, model: str, n_members: Any) -> Any:
-        """``init="pretrained"``: the prior-fitted NPT (``estimators.pretrained``)."""
+    def _pretrained_learner(self, model: str, n_members: int | None) -> Any:
+        """``init="pretrained"``: the prior-fitted NPT (``estimators.pretrained``); ``n_members``
+        (``n_estimators``, checked by the caller) counts its views."""
         from .pretrained import N_ENSEMBLE, PriorFittedLearner
 
         init = getattr(self, "init", "random")
@@ -133,10 +134,6 @@ class TableEstimatorMixin(BaseEstimator):
         steps = self.max_steps or 0
         if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
             raise ConfigError(f"max_steps must be an integer >= 0, got {self.max_steps!r}")
-        if n_members is not None and (
-            isinstance(n_members, bool) or not isinstance(n_members, (int, np.integer)) or n_members < 1
-        ):
-            raise ConfigError(f"n_estimators must be an integer >= 1, got {n_members!r}")
         seed = check_random_state(self.random_state).randint(0, 2**31 - 1)
         views = N_ENSEMBLE if n_members is None else int(n_members)
         return PriorFittedLearner(
@@ -159,13 +156,13 @@ class TableEstimatorMixin(BaseEstimator):
                     f"{model_names()}"
                 ) from None
         n_members = getattr(self, "n_estimators", None)
-        if getattr(self, "init", "random") != "random":
-            return self._pretrained_learner(model, n_members)
-        names = AUTO_FAMILIES if model == AUTO else (model,)
         if n_members is not None and (
             isinstance(n_members, bool) or not isinstance(n_members, (int, np.integer)) or n_members < 1
         ):
             raise ConfigError(f"n_estimators must be an integer >= 1, got {n_members!r}")
+        if getattr(self, "init", "random") != "random":
+            return self._pretrained_learner(model, n_members)
+        names = AUTO_FAMILIES if model == AUTO else (model,)
         families = []
         for name in names:
             model_config, train_config = self._configs(name)
