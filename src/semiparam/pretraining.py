@@ -11,7 +11,6 @@ and its card ``npt_prior.json``, which ``NPTClassifier(init="pretrained")`` load
 
 from __future__ import annotations
 
-import hashlib
 import json
 import platform
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
+from ._io import file_sha256
 from .data.prior import PriorConfig, TablePrior
 from .estimators.pretrained import WEIGHTS, weights_dir
 from .models.npt import NPT, NPTConfig
@@ -43,6 +43,8 @@ __all__ = [
 ]
 
 N_FEATURES, MAX_CLASSES = 16, 10
+PRIOR = PriorConfig(max_features=N_FEATURES, max_classes=MAX_CLASSES)  # the tasks it pretrains on
+TRAINING = PretrainConfig()
 
 
 def build_prior_npt(device: torch.device | str = "cpu") -> tuple[NPT, NPTConfig]:
@@ -53,17 +55,15 @@ def build_prior_npt(device: torch.device | str = "cpu") -> tuple[NPT, NPTConfig]
     return module.to(device), config
 
 
-def _checkpoint(
-    directory: Path, config: NPTConfig, prior: PriorConfig, training: PretrainConfig
-) -> TrainingCheckpoint:
+def _checkpoint(directory: Path, config: NPTConfig) -> TrainingCheckpoint:
     fingerprint = json.dumps(
-        [config.to_dict(), prior.to_dict(), training.to_dict(), N_FEATURES, MAX_CLASSES], sort_keys=True
+        [config.to_dict(), PRIOR.to_dict(), TRAINING.to_dict(), N_FEATURES, MAX_CLASSES], sort_keys=True
     )
     return TrainingCheckpoint(
         directory,
         fingerprint,
-        every_steps=training.checkpoint_every_steps,
-        every_seconds=training.checkpoint_every_seconds,
+        every_steps=TRAINING.checkpoint_every_steps,
+        every_seconds=TRAINING.checkpoint_every_seconds,
     )
 
 
@@ -78,14 +78,13 @@ def continue_pretraining(
     """Resume (or begin) pretraining from ``checkpoint_dir`` until step ``steps`` of the whole
     pretraining or ``seconds`` of this run; returns the model and the run."""
     module, config = build_prior_npt(device)
-    prior, training = PriorConfig(max_features=N_FEATURES, max_classes=MAX_CLASSES), PretrainConfig()
     run = pretrain(
         module,
-        TablePrior(prior, seed=0),
-        training,
+        TablePrior(PRIOR, seed=0),
+        TRAINING,
         n_features=N_FEATURES,
         max_steps=steps,
-        checkpoint=_checkpoint(Path(checkpoint_dir), config, prior, training),
+        checkpoint=_checkpoint(Path(checkpoint_dir), config),
         seconds=seconds,
         progress=progress,
     )
@@ -95,8 +94,7 @@ def continue_pretraining(
 def checkpointed_model(checkpoint_dir: str | Path) -> tuple[NPT, int, dict[str, Any]]:
     """The model in ``checkpoint_dir``'s state, its step count and the state's ledger."""
     module, config = build_prior_npt("cpu")
-    prior, training = PriorConfig(max_features=N_FEATURES, max_classes=MAX_CLASSES), PretrainConfig()
-    state = _checkpoint(Path(checkpoint_dir), config, prior, training).read()
+    state = _checkpoint(Path(checkpoint_dir), config).read()
     if state is None:
         raise FileNotFoundError(f"no pretraining checkpoint in {checkpoint_dir}")
     module.load_state_dict(state["model"])
@@ -118,16 +116,15 @@ def export_weights(
     directory.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().float().cpu().contiguous() for k, v in module.state_dict().items()}
     save_file(tensors, directory / f"{WEIGHTS}.safetensors")
-    training = PretrainConfig()
     card = {
         "model": "npt",
         "model_config": module.config.to_dict(),
         "n_features": N_FEATURES,
         "max_classes": MAX_CLASSES,
-        "prior_config": PriorConfig(max_features=N_FEATURES, max_classes=MAX_CLASSES).to_dict(),
-        "pretrain_config": training.to_dict(),
+        "prior_config": PRIOR.to_dict(),
+        "pretrain_config": TRAINING.to_dict(),
         "steps": steps,
-        "tasks_seen": steps * training.tasks_per_step,
+        "tasks_seen": steps * TRAINING.tasks_per_step,
         "parameters": int(sum(p.numel() for p in module.parameters())),
         "seconds_by_device": ledger.get("seconds_by_device", {}),
         "held_out": ledger.get("evaluations", []),
@@ -145,10 +142,9 @@ def held_out_baseline() -> dict[str, float]:
     units). The floor a pretrained model has to go below, in the units of its held-out loss."""
     import numpy as np
 
-    training = PretrainConfig()
-    prior = TablePrior(PriorConfig(max_features=N_FEATURES, max_classes=MAX_CLASSES), seed=training.eval_seed)
+    prior = TablePrior(PRIOR, seed=TRAINING.eval_seed)
     cls, reg, correct, count = [], [], 0, 0
-    for _ in range(training.eval_tasks):
+    for _ in range(TRAINING.eval_tasks):
         task, _ = draw_task(prior, N_FEATURES)  # the held-out tasks of pretrain(), drawn as it draws them
         train, query = task.y[: task.n_train], task.y[task.n_train :]
         if task.n_classes:
@@ -174,4 +170,4 @@ def weights_card() -> dict[str, Any]:
 
 def weights_hash() -> str:
     """The first 16 hex digits of the shipped weights' sha256."""
-    return hashlib.sha256((weights_dir() / f"{WEIGHTS}.safetensors").read_bytes()).hexdigest()[:16]
+    return file_sha256(weights_dir() / f"{WEIGHTS}.safetensors")[:16]
