@@ -146,12 +146,6 @@ def run_cell(setting: str, seed: int) -> dict[str, Any]:
     }
 
 
-def read_lines(path: Path) -> list[dict[str, Any]]:
-    return (
-        [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-    )
-
-
 def cell_key(setting: str, seed: int, src: str) -> str:
     """The record's key: the setting, the seed, the code and, for the prior-fitted NPT, its weights."""
     parts = [setting, SETTINGS[setting][1], seed, src]
@@ -173,7 +167,9 @@ def share(value: float) -> str:
 def write_report(out: Path, command: str) -> None:
     src = ds.src_hash()
     current = [
-        r for r in read_lines(out / "context_use.jsonl") if r["key"] == cell_key(r["setting"], r["seed"], src)
+        r
+        for r in ds.read_lines(out / "context_use.jsonl")
+        if r["key"] == cell_key(r["setting"], r["seed"], src)
     ]
     rows = []
     for setting, (_, _, what) in SETTINGS.items():
@@ -222,7 +218,7 @@ def main(argv: list[str] | None = None) -> None:
     jsonl = a.out_dir / "context_use.jsonl"
     if not a.report_only:
         src = ds.src_hash()
-        done = {r["key"] for r in read_lines(jsonl)}
+        done = {r["key"] for r in ds.read_lines(jsonl)}
         for setting in [s for s in a.settings.split(",") if s]:
             if setting not in SETTINGS:
                 raise SystemExit(f"unknown setting {setting!r}; choose from {', '.join(SETTINGS)}")

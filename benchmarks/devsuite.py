@@ -709,6 +709,13 @@ def average_ranks(per_table: Mapping[str, Mapping[str, float]], models: Iterable
 # -- models ----------------------------------------------------------------------------------------
 
 
+def read_lines(path: Path) -> list[dict[str, Any]]:
+    """The records of a JSONL file (none when it does not exist yet)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def jsonable(value: Any) -> Any:
     """A JSON-safe, deterministic copy of a settings value (objects become their repr)."""
     if isinstance(value, Mapping):

@@ -183,12 +183,6 @@ def machine() -> dict[str, Any]:
     return info
 
 
-def read_lines(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
-
-
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tables", default=",".join(ds.CORE_TABLES), help="default: the 14 core tables")
@@ -231,7 +225,7 @@ def main(argv: list[str] | None = None) -> None:
     jsonl = a.out_dir / "fit_cost.jsonl"
     command = "python benchmarks/fit_cost.py " + shlex.join(argv if argv is not None else sys.argv[1:])
     if not a.report_only:
-        done = {r["key"] for r in read_lines(jsonl) if r.get("status") == "ok"}
+        done = {r["key"] for r in ds.read_lines(jsonl) if r.get("status") == "ok"}
         tables = [t for t in a.tables.split(",") if t]
         # the profiles first (short), then table by table, so that a run cut short still has whole rows
         cells = [("profile", t, m, 0) for t in a.profile_tables.split(",") if t for m in ds.FAMILIES]
@@ -262,7 +256,7 @@ def main(argv: list[str] | None = None) -> None:
         (a.out_dir / "fit_cost_quality.json").write_text(json.dumps(ds.jsonable(quality), indent=1))
     elif (a.out_dir / "fit_cost_quality.json").exists():
         quality = json.loads((a.out_dir / "fit_cost_quality.json").read_text())
-    write_report(read_lines(jsonl), a.out_dir, quality, command)
+    write_report(ds.read_lines(jsonl), a.out_dir, quality, command)
 
 
 # -- quality held: the development suite's scores before and after a change, from tabular_defaults ----
@@ -283,7 +277,7 @@ def _selection(model: str, spec: str) -> tuple[list[dict[str, Any]], list[str]]:
         if not tag:  # a bare PATH: its reference models' records only
             continue
         only = set(tables.split(",")) if tables else None
-        for r in read_lines(Path(path)):
+        for r in ds.read_lines(Path(path)):
             if r.get("model") != model or r.get("tag") != tag or r.get("score") is None:
                 continue
             if only is not None and r["table"] not in only:
@@ -304,7 +298,7 @@ def quality_held(model: str, title: str, before_spec: str, after_spec: str) -> d
     after, more = _selection(model, after_spec)
     refs: dict[tuple, float] = {}
     for path in dict.fromkeys(paths + more):
-        for r in read_lines(Path(path)):
+        for r in ds.read_lines(Path(path)):
             if r.get("model") in REFERENCES and r.get("tag") == "default" and r.get("score") is not None:
                 refs[(r["table"], r["model"], r["split"])] = r["score"]
     b = {(r["table"], r["split"]): r["score"] for r in before}

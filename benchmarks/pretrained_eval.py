@@ -48,10 +48,6 @@ def weights_hash() -> str:
     return weights_hash()
 
 
-def read_lines(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
-
-
 def cell(table: str, split: int, variant: str) -> dict[str, Any]:
     import torch
 
@@ -108,7 +104,7 @@ def speed(repeats: int = 3) -> dict[str, Any]:
 
 def reference_scores(path: Path) -> dict[tuple[str, str, int], dict[str, Any]]:
     out = {}
-    for r in read_lines(path):
+    for r in ds.read_lines(path):
         if r.get("model") in COMPARED and r.get("tag") == "default" and r.get("score") is not None:
             out[(r["model"], r["table"], r["split"])] = r
     return out
@@ -158,11 +154,13 @@ def write_report(out: Path, command: str, reference: Path) -> None:
     from semiparam.pretraining import weights_card
 
     key_now = {"weights": weights_hash(), "src": ds.src_hash()}
-    current = [r for r in read_lines(out / "pretrained_eval.jsonl") if r["key"] == {**key_now, **r["cell"]}]
+    current = [
+        r for r in ds.read_lines(out / "pretrained_eval.jsonl") if r["key"] == {**key_now, **r["cell"]}
+    ]
     refs = reference_scores(reference)
     card = weights_card()
     by_variant = {v: summarise([r for r in current if r["cell"]["variant"] == v], refs) for v in VARIANTS}
-    speed_now = [s for s in read_lines(out / "speed.jsonl") if s["key"] == key_now]
+    speed_now = [s for s in ds.read_lines(out / "speed.jsonl") if s["key"] == key_now]
     report = {"command": command, "code": ds.code_version(), "machine": ds.machine(), "weights": key_now,
               "steps": card["steps"], "seconds_by_device": card["seconds_by_device"],
               "variants": {v: {"summary": s, "rows": rows} for v, (rows, s) in by_variant.items()},
@@ -241,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
             f.write(json.dumps({"key": key_now, "command": command, **speed()}) + "\n")
     elif not a.report_only:
         jsonl = a.out_dir / "pretrained_eval.jsonl"
-        done = {json.dumps(r["key"], sort_keys=True) for r in read_lines(jsonl)}
+        done = {json.dumps(r["key"], sort_keys=True) for r in ds.read_lines(jsonl)}
         cells = [
             {"table": t, "split": k, "variant": v}
             for v in a.variants.split(",")
