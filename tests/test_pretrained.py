@@ -48,6 +48,15 @@ def test_prior_tasks_are_seeded_varied_and_resume_from_their_state():
     np.testing.assert_array_equal(b.sample().X, after.X)
 
 
+def test_prior_rate_counts_tasks_and_rows_drawn_in_its_time():
+    from semiparam.pretraining import prior_rate
+
+    rate = prior_rate(seconds=0.3)
+    assert rate["tasks"] >= 1 and rate["seconds"] >= 0.3
+    assert rate["tasks_per_second"] == pytest.approx(rate["tasks"] / rate["seconds"])
+    assert rate["rows_per_second"] >= 32 * rate["tasks_per_second"]  # every task has 32+ rows
+
+
 def test_encode_task_hides_queries_targets_and_unused_slots():
     X = np.array([[1.0, 5.0], [2.0, np.nan], [2.0, 7.0], [9.0, 1.0]])
     y = np.array([1.0, 0.0, 1.0, 1.0])

@@ -38,6 +38,7 @@ __all__ = [
     "continue_pretraining",
     "export_weights",
     "held_out_baseline",
+    "prior_rate",
     "weights_card",
     "weights_hash",
 ]
@@ -134,6 +135,29 @@ def export_weights(
     }
     (directory / f"{WEIGHTS}.json").write_text(json.dumps(card, indent=1) + "\n")
     return card
+
+
+def prior_rate(seconds: float = 10.0, seed: int = 0, device: torch.device | str = "cpu") -> dict[str, float]:
+    """How fast the prior feeds pretraining in this process: tasks drawn and encoded as model
+    inputs, as the training stream draws them, for about ``seconds``: tasks and rows per second
+    (a task the prior rejects and redraws counts in the time, not in the tasks)."""
+    import time
+
+    from .training.pretrain import TaskBatches
+
+    stream = TaskBatches(TablePrior(PRIOR, seed=seed), 1, N_FEATURES, resolve_device(device))
+    tasks = rows = 0
+    start = time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < seconds or tasks == 0:
+        (task,) = stream(tasks)
+        tasks += 1
+        rows += int(task.values.shape[0])
+    return {
+        "tasks_per_second": tasks / elapsed,
+        "rows_per_second": rows / elapsed,
+        "tasks": tasks,
+        "seconds": elapsed,
+    }
 
 
 def held_out_baseline() -> dict[str, float]:
