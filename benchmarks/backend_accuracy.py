@@ -1,160 +1,110 @@
 #!/usr/bin/env python
 """What an approximate attention backend costs in accuracy: NPT (and SPIN) trained with each
 attention backend between datapoints on real tables of the development suite, beside the exact
-default, with the metric, fit seconds and peak memory of each (issue "Attention backends and
-speed", item 5).
+default (``sdpa``), with the metric, fit seconds and peak memory of each (issue "Attention backends
+and speed", item 5).
 
-    python benchmarks/backend_accuracy.py                                  # adult and diamonds, NPT
+    python benchmarks/backend_accuracy.py                       # adult and diamonds, NPT, 4 backends
     python benchmarks/backend_accuracy.py --tables kick,wage --models npt,spin
-    python benchmarks/backend_accuracy.py --report-only
 
-Every cell is a ``benchmarks/tabular_defaults.py`` cell (the same split, seed, timing and cache):
-the model at its defaults with only ``model_options.row_attention`` (and for ``topk`` the default
-``attention_top_k``) changed, one JSON line per cell in ``results/tabular_defaults.jsonl`` under
-the tag ``backend-<name>`` (the exact ``sdpa`` cells are the untagged defaults), so a stopped run
-resumes. The report ``results/backend_accuracy.md`` (and ``.json``) is generated from the lines
-whose key matches the current code and settings. Run it alone on the machine: fit seconds are
-part of the comparison.
+Each cell is a development-suite cell (``devsuite.run_cell``: split 0, the model at its defaults
+with only ``model_options.row_attention`` changed) run in its own process; its record goes to
+``<out>/tabular_defaults.jsonl``, where the exact ``sdpa`` cells are those of
+``tabular_defaults.py``, so a stopped run resumes and neither script reruns the other's cells. The
+report is ``<out>/backend_accuracy.md`` (and ``.json``). Run it alone on the machine: fit seconds
+are part of the comparison.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import devsuite as ds
-import tabular_defaults as td
+import harness as h
 
 BACKENDS = ("sdpa", "performer", "topk", "chunked")
 DEFAULT_TABLES = ("adult", "diamonds")
-
-
-def tag_of(backend: str) -> str:
-    return "default" if backend == "sdpa" else f"backend-{backend}"
 
 
 def overrides_of(backend: str) -> dict[str, Any]:
     return {} if backend == "sdpa" else {"model_options": {"row_attention": backend}}
 
 
-def run(tables: list[str], models: list[str], backends: list[str], jsonl: Path) -> None:
-    import torch
+def measure(records: h.Records, table: str, model: str, backend: str, timeout: float) -> dict[str, Any]:
+    """The record of one cell, run now when it has none (or only a failed one)."""
+    settings, keyed = ds.cell_settings(table, model, 0, overrides_of(backend))
 
-    torch.set_num_threads(ds.N_THREADS)
-    keys = td.KeyMaker()
-    done = {r["key"] for r in td.read_records(jsonl) if r.get("status") in td.OK_STATUSES}
-    for table in tables:
-        for model in models:
-            for backend in backends:
-                overrides = overrides_of(backend)
-                settings = keys.settings(table, model, 0, overrides, 20)
-                if keys.key(table, model, 0, settings) in done:
-                    print(f"[skip] {table} {model} {backend}: cached")
-                    continue
-                record = td.run_cell_record(keys, table, model, 0, overrides, 20, tag_of(backend), settings)
-                td.append_record(jsonl, record)
+    def compute(s: dict[str, Any]) -> dict[str, Any]:
+        print(f"[run] {table} {model} {backend}", flush=True)
+        result = h.run_cell("devsuite:cell", s, timeout=timeout, threads=ds.N_THREADS)
+        return {**result, "machine": h.describe_machine()}
+
+    return records.run(settings, compute, keyed, retry_errors=True)
 
 
-def report(tables: list[str], models: list[str], backends: list[str], jsonl: Path, out: Path) -> Path:
-    keys = td.KeyMaker()
-    current = [r for r in td.read_records(jsonl) if r.get("status") == "ok" and keys.record_is_current(r)]
-    rows = []
-    for table in tables:
-        for model in models:
-            exact = None
-            for backend in backends:
-                mine = [
-                    r
-                    for r in current
-                    if r["table"] == table
-                    and r["model"] == model
-                    and int(r["split"]) == 0
-                    and (r.get("overrides") or {}) == overrides_of(backend)
-                ]
-                if not mine:
-                    rows.append({"table": table, "model": model, "backend": backend, "status": "not run"})
-                    continue
-                r = mine[-1]
-                row = {
-                    "table": table,
-                    "model": model,
-                    "backend": backend,
-                    "status": "ok",
-                    "metric": r["primary"],
-                    "score": r["score"],
-                    "fit_seconds": r["fit_seconds"],
-                    "fit_peak_rss_mb": r.get("fit_peak_rss_mb"),
-                    "best_step": (r.get("history") or {}).get("best_step"),
-                    "command": r.get("command"),
-                    "code": r.get("code"),
-                    "machine": r.get("machine"),
-                }
-                if backend == "sdpa":
-                    exact = row
-                elif exact is not None:
-                    row["score_vs_exact"] = row["score"] / exact["score"]
-                    row["time_vs_exact"] = row["fit_seconds"] / exact["fit_seconds"]
-                rows.append(row)
-    lines = [
-        "# Attention backends: accuracy against the exact default",
-        "",
-        "Generated by `benchmarks/backend_accuracy.py` from `tabular_defaults.jsonl` (current code and "
-        "settings only). Each model at its defaults with only `model_options.row_attention` changed; "
-        "lower is better (RMSE for regression, log loss for classification); fit seconds and peak "
-        "resident memory of the fit on 2 threads.",
-        "",
-        f"Reproduce: `python benchmarks/backend_accuracy.py --tables {','.join(tables)} "
-        f"--models {','.join(models)} --backends {','.join(backends)}`",
-        "",
-        "| table | model | backend | metric | score | score / exact | fit s | fit s / exact | peak RSS MB |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for row in rows:
-        if row["status"] != "ok":
-            lines.append(
-                f"| {row['table']} | {row['model']} | {row['backend']} | {row['status']} | | | | | |"
-            )
-            continue
-        ratio = row.get("score_vs_exact")
-        time_ratio = row.get("time_vs_exact")
-        rss = row["fit_peak_rss_mb"]
-        lines.append(
-            f"| {row['table']} | {row['model']} | {row['backend']} | {row['metric']} | {row['score']:.4f} | "
-            f"{'–' if ratio is None else f'{ratio:.3f}'} | {row['fit_seconds']:.1f} | "
-            f"{'–' if time_ratio is None else f'{time_ratio:.2f}'} | "
-            f"{'–' if rss is None else f'{rss:.0f}'} |"
-        )
-    machines = {json.dumps(r.get("machine"), sort_keys=True) for r in rows if r["status"] == "ok"}
-    codes = {json.dumps(r.get("code"), sort_keys=True) for r in rows if r["status"] == "ok"}
-    lines += ["", f"Machines: {sorted(machines)}", "", f"Code: {sorted(codes)}"]
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "backend_accuracy.json").write_text(json.dumps(rows, indent=2, default=str))
-    path = out / "backend_accuracy.md"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+def row(table: str, model: str, backend: str, rec: dict[str, Any], exact: dict[str, Any] | None) -> list:
+    if not rec["ok"]:
+        return [table, model, backend, rec["error"][-200:], None, None, None, None, None]
+    versus = exact is not None and exact["ok"] and backend != "sdpa"
+    return [
+        table, model, backend, rec["primary"], rec["score"],
+        h.fmt(rec["score"] / exact["score"], 3) if versus else None, rec["fit_seconds"],
+        h.fmt(rec["fit_seconds"] / exact["fit_seconds"], 3) if versus else None, rec.get("fit_peak_rss_mb"),
+    ]  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tables", default=",".join(DEFAULT_TABLES))
-    parser.add_argument("--models", default="npt")
+    parser.add_argument("--models", default="npt", help="npt and/or spin")
     parser.add_argument("--backends", default=",".join(BACKENDS))
-    parser.add_argument("--out", type=Path, default=td.RESULTS)
-    parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--out", type=Path, default=h.RESULTS)
+    parser.add_argument("--timeout", type=float, default=4 * 3600, help="seconds one cell may take")
     args = parser.parse_args(argv)
-    tables = td.split_list(args.tables, ds.TABLES, "tables")
-    models = td.split_list(args.models, ds.FAMILIES, "models")
-    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
-    unknown = [b for b in backends if b not in BACKENDS]
-    if unknown:
-        raise SystemExit(f"unknown backends {unknown}; choose from {list(BACKENDS)}")
-    jsonl = args.out / td.JSONL_NAME
-    if not args.report_only:
-        run(tables, models, backends, jsonl)
-    print(report(tables, models, backends, jsonl, args.out))
+    picked = {}
+    for name, allowed in (("tables", ds.TABLES), ("models", ds.FAMILIES), ("backends", BACKENDS)):
+        picked[name] = [x.strip() for x in getattr(args, name).split(",") if x.strip()]
+        if unknown := [x for x in picked[name] if x not in allowed]:
+            raise SystemExit(f"unknown {name} {unknown}; choose from {list(allowed)}")
+    records = h.Records(args.out / "tabular_defaults.jsonl")
+    rows, used = [], []
+    for table in picked["tables"]:
+        for model in picked["models"]:
+            exact = (
+                measure(records, table, model, "sdpa", args.timeout) if "sdpa" in picked["backends"] else None
+            )
+            for backend in picked["backends"]:
+                rec = exact if backend == "sdpa" else measure(records, table, model, backend, args.timeout)
+                rows.append(row(table, model, backend, rec, exact))
+                used.append(rec)
+    lines = [
+        "Each model at its defaults with only `model_options.row_attention` changed (split 0); lower is "
+        "better (RMSE for regression, log loss for classification); fit seconds and peak resident memory "
+        f"of the fit on {ds.N_THREADS} threads. Records made on: "
+        + "; ".join(sorted({str(r.get("machine")) for r in used if r["ok"]}))
+        + ".",
+        "",
+        *h.md_table(
+            [
+                "table",
+                "model",
+                "backend",
+                "metric",
+                "score",
+                "score / exact",
+                "fit s",
+                "fit s / exact",
+                "peak RSS MB",
+            ],
+            rows,
+        ),  # fmt: skip
+    ]
+    title = "Attention backends: accuracy against the exact default"
+    command = h.command_line(None if argv is None else ["benchmarks/backend_accuracy.py", *argv])
+    print(h.write_report(args.out / "backend_accuracy", title, lines, used, command=command, records=used))
     return 0
 
 

@@ -9,34 +9,21 @@ weights into the package.
 
 The training state lives in ``--checkpoint-dir`` (default ``.pretrain/``, not in git): weights,
 optimiser, the prior's random state, the loss history, held-out prior scores and the seconds spent
-on each kind of device. Every run continues it, on the CPU or a GPU (carry the directory to the
-device machine and back). At the end of each run the current weights are exported to
-``src/semiparam/weights/npt_prior.safetensors`` with ``npt_prior.json`` beside them (the model
-card's data: architecture, prior, steps, tasks, compute by device, the held-out curve), and the
-report ``benchmarks/results/pretrain/pretrain.md`` is generated from that JSON.
+on each kind of device; every run continues it, on the CPU or a GPU. At the end of each run the
+weights are exported to ``src/semiparam/weights/npt_prior.safetensors`` with the model card
+``npt_prior.json`` beside them, and ``benchmarks/results/pretrain/pretrain.md`` is rendered from it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import shlex
-import subprocess
-import sys
 from pathlib import Path
 
+import harness as h
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-REPORT = ROOT / "benchmarks" / "results" / "pretrain"
-
-
-def git_head() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-        return out.stdout.strip() or None
-    except OSError:
-        return None
+REPORT = h.RESULTS / "pretrain"
 
 
 def write_report(card: dict, baseline: dict) -> None:
@@ -91,10 +78,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seconds", type=float, default=None, help="stop this run after so many seconds")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=2, help="PyTorch threads on a CPU")
-    p.add_argument("--checkpoint-dir", type=Path, default=ROOT / ".pretrain")
+    p.add_argument("--checkpoint-dir", type=Path, default=h.ROOT / ".pretrain")
     p.add_argument("--export-only", action="store_true")
     a = p.parse_args(argv)
-    command = "python benchmarks/pretrain.py " + shlex.join(argv if argv is not None else sys.argv[1:])
+    command = h.command_line(None if argv is None else [__file__, *argv])
     torch.set_num_threads(a.threads)
     if not a.export_only:
         _, run = pretraining.continue_pretraining(
@@ -103,12 +90,8 @@ def main(argv: list[str] | None = None) -> None:
         last = run.evaluations[-1] if run.evaluations else {}
         print(f"pretrained to step {run.steps}; held-out {json.dumps(last)}", flush=True)
     module, steps, ledger = pretraining.checkpointed_model(a.checkpoint_dir)
-    from semiparam.bench.measure import machine_info
-
-    machine = machine_info().get("cpu")
-    if torch.cuda.is_available():
-        machine = f"{machine}, {torch.cuda.get_device_name(0)}"
-    card = pretraining.export_weights(module, steps, ledger, command, git_head(), machine=machine)
+    machine = h.machine()["cpu"] + (f", {h.machine()['gpu']}" if h.machine().get("gpu") else "")
+    card = pretraining.export_weights(module, steps, ledger, command, h.code()["commit"], machine=machine)
     write_report(card, pretraining.held_out_baseline())
 
 

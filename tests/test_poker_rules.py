@@ -3,18 +3,13 @@ file does, hands are drawn as the file's are (five distinct cards), bad input is
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
+import poker_rules
 import pytest
 
 from semiparam import datasets
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import poker_rules  # noqa: E402
-
-from .test_datasets import needs_data  # noqa: E402
+from .test_datasets import needs_data
 
 
 @needs_data

@@ -116,6 +116,7 @@ EXAMPLES = {
     ("Neural processes (`semiparam.neural_processes`)", 0): "test_the_neural_process_examples_run",
     ("Neural processes (`semiparam.neural_processes`)", 1): "test_the_neural_process_examples_run",
     ("Neural processes (`semiparam.neural_processes`)", 2): "test_the_neural_process_examples_run",
+    ("Neural processes (`semiparam.neural_processes`)", 3): HEAVY,  # the converged benchmark run
     (
         "Genotype imputation (`semiparam.genomics`)",
         0,

@@ -52,7 +52,7 @@ except ImportError:  # pragma: no cover - tune() says what to install
 
 # name -> (kind, choices | (low, high)); "model.<key>" is a field of the model's config
 # (NPTConfig / SPINConfig), "train.<key>" one of TrainConfig. Kinds: "categorical", "float",
-# "log_float", "int". benchmarks/tabular_study.py searches the same space on the development suite.
+# "log_float", "int".
 _COMMON_SPACE: dict[str, tuple[str, Any]] = {
     "model.d_embedding": ("categorical", (8, 16, 32)),
     "model.dropout": ("float", (0.0, 0.3)),

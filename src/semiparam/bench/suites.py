@@ -137,9 +137,7 @@ _INTROS = {
             "11-12) with the papers' splits and metrics, reduced in rows and training budget as "
             "stated below. Numbers in brackets are the papers' (NPT's from the NPT paper, SPIN's "
             "from the SPIN paper), obtained on all rows with full budgets and GPUs: targets, not a "
-            "like-for-like comparison. How much of each gap is rows and how much is training budget, "
-            "with the same tables from 2,500 rows to all rows here: `uci_large_gap.md` "
-            "(`benchmarks/uci_large_gap.py`).",
+            "like-for-like comparison.",
         ],
     ),
     "smoke": ("Benchmark smoke test", ["Seconds-long run of the machinery; the numbers mean nothing."]),

@@ -39,8 +39,8 @@ _TRAIN_ARGS = (
 
 # NOTE[DIFF]: the papers train one model. The out-of-the-box (cpu) presets are ensembles of three
 # members (own seed, validation split, masks and batches; predictions averaged), chosen on the
-# development suite (``benchmarks/tabular_defaults.py --set spin.n_estimators=3``, ``--set
-# npt.n_estimators=3``; the comparison is in its generated report).
+# development suite (``benchmarks/tabular_defaults.py --set spin.n_estimators=3 --set
+# npt.n_estimators=3`` beside the defaults; the comparison is in its generated report).
 _DEFAULT_MEMBERS = {("spin", "cpu"): 3, ("npt", "cpu"): 3}
 
 

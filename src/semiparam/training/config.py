@@ -220,19 +220,19 @@ class TrainConfig(FrozenConfig):
         paper's selected variant for Boston and Concrete; spec-npt 7.1), so that a prediction can
         read the labels of similar training rows: with every label hidden (NPT-Small's base
         setting) the corruption test found the model ignoring other rows. These values come
-        from short trials on the development suite (``benchmarks/devsuite.py``), not yet from a
-        completed search: ``benchmarks/tabular_study.py`` is the study meant to tune them, and
+        from short trials on the development suite (``benchmarks/devsuite.py``; compare a change
+        with ``benchmarks/tabular_defaults.py --set``), and
         ``benchmarks/results/tabular_defaults.md`` shows how they compare with gradient boosting.
 
         Feature cells are masked with probability 0.05, not the paper's 0.15: of the single
-        changes scored over three seeds each (``tabular_study.py --seeds 3``, seeds 0-2 and again
-        with ``--seed-offset 3``; ``benchmarks/results/tabular_study_npt_seeds3*.md``), it was the
+        changes scored over three seeds each (an Optuna study of single changes, seeds 0-2 and
+        again 3-5; retired from ``benchmarks/`` with its reports, in the git history), it was the
         one that lowered the objective beyond the seed noise in both repeats, at no fit-time
         cost. SPIN keeps 0.15 (:meth:`spin_cpu`): it was not in that study.
 
         The categories of a feature seen in fewer than ``MIN_CATEGORY_COUNT`` training rows share
-        one level (``min_category_count``); ``benchmarks/results/ablations/`` compares it with
-        the papers' one level per category on the suite's tables that have such categories.
+        one level (``min_category_count``); a retired ablation (in the git history) compared it
+        with the papers' one level per category on the suite's tables that have such categories.
 
         A table of more than 1,024 training rows trains in stratified batches of 512 rows
         (``batch_size``, ``full_batch_rows``); a smaller one in one full batch, as before. NOTE[DIFF]:
