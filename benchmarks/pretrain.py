@@ -6,12 +6,15 @@ weights into the package.
     .venv/bin/python benchmarks/pretrain.py --steps 20000             # up to step 20,000 in all
     python benchmarks/pretrain.py --device cuda --seconds 420         # a GPU session's share
     .venv/bin/python benchmarks/pretrain.py --export-only             # weights and card from the checkpoint
+    .venv/bin/python benchmarks/pretrain.py --seconds 0 --cooldown 1500   # export cooled-down weights
 
 The training state lives in ``--checkpoint-dir`` (default ``.pretrain/``, not in git): weights,
 optimiser, the prior's random state, the loss history, held-out prior scores and the seconds spent
 on each kind of device; every run continues it, on the CPU or a GPU. At the end of each run the
 weights are exported to ``src/semiparam/weights/npt_prior.safetensors`` with the model card
 ``npt_prior.json`` beside them, and ``benchmarks/results/pretrain/pretrain.md`` is rendered from it.
+With ``--cooldown N`` the exported weights are the checkpoint's trained N steps more at a learning
+rate decaying to zero, a branch written nowhere: the checkpoint goes on at its constant rate.
 """
 
 from __future__ import annotations
@@ -39,7 +42,9 @@ def write_report(card: dict, baseline: dict, rate: dict) -> None:
         "",
         f"- parameters: {card['parameters']:,}; feature slots: {card['n_features']}; classes: up to "
         f"{card['max_classes']}",
-        f"- steps: {card['steps']:,}; prior tasks seen: {card['tasks_seen']:,}",
+        f"- steps: {card['steps']:,}, the last {card.get('cooldown_steps', 0):,} a cool-down (the learning "
+        f"rate decaying linearly to zero, branched off the constant-rate run); prior tasks seen: "
+        f"{card['tasks_seen']:,}",
         "- compute: " + ", ".join(f"{h:.2f} h on {d}" for d, h in sorted(hours.items())),
         "- model: NPT (`NPTConfig.prior()`): "
         + ", ".join(
@@ -65,9 +70,11 @@ def write_report(card: dict, baseline: dict, rate: dict) -> None:
         f"| no features (the training rows' labels alone) | {baseline['loss']:.4f} | "
         f"{baseline['classification']:.4f} | {baseline['accuracy']:.3f} | {baseline['regression']:.4f} |",
     ]
+    cooled, cool = card["steps"] - card.get("cooldown_steps", 0), " (cool-down)"
     for e in card["held_out"]:
         lines.append(
-            f"| {e['step']} | {e['loss']:.4f} | {e.get('classification', float('nan')):.4f} | "
+            f"| {e['step']}{cool if e['step'] > cooled else ''} | {e['loss']:.4f} | "
+            f"{e.get('classification', float('nan')):.4f} | "
             f"{e.get('accuracy', float('nan')):.3f} | {e.get('regression', float('nan')):.4f} |"
         )
     (REPORT / "pretrain.md").write_text("\n".join(lines) + "\n")
@@ -85,6 +92,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, default=2, help="PyTorch threads on a CPU")
     p.add_argument("--checkpoint-dir", type=Path, default=h.ROOT / ".pretrain")
     p.add_argument("--export-only", action="store_true")
+    p.add_argument(
+        "--cooldown",
+        type=int,
+        default=0,
+        help="export the weights after so many steps more at a "
+        "learning rate decaying to zero, branched off the checkpoint (which stays as it was)",
+    )
     a = p.parse_args(argv)
     command = h.command_line(None if argv is None else [__file__, *argv])
     torch.set_num_threads(a.threads)
@@ -94,9 +108,18 @@ def main(argv: list[str] | None = None) -> None:
         )
         last = run.evaluations[-1] if run.evaluations else {}
         print(f"pretrained to step {run.steps}; held-out {json.dumps(last)}", flush=True)
-    module, steps, ledger = pretraining.checkpointed_model(a.checkpoint_dir)
+    if a.cooldown:
+        module, run = pretraining.continue_pretraining(
+            a.checkpoint_dir, device=a.device, cooldown_steps=a.cooldown
+        )
+        module, steps = module.cpu(), run.steps
+        ledger = {"seconds_by_device": run.seconds_by_device, "evaluations": run.evaluations}
+    else:
+        module, steps, ledger = pretraining.checkpointed_model(a.checkpoint_dir)
     machine = h.machine()["cpu"] + (f", {h.machine()['gpu']}" if h.machine().get("gpu") else "")
-    card = pretraining.export_weights(module, steps, ledger, command, h.code()["commit"], machine=machine)
+    card = pretraining.export_weights(
+        module, steps, ledger, command, h.code()["commit"], machine=machine, cooldown_steps=a.cooldown
+    )
     rate = {**pretraining.prior_rate(10.0), "threads": torch.get_num_threads()}
     write_report(card, pretraining.held_out_baseline(), rate)
 

@@ -110,6 +110,38 @@ def test_pretraining_learns_logs_held_out_loss_and_resumes_exactly(tmp_path):
     np.testing.assert_allclose(second.history.train_loss, run.history.train_loss, rtol=1e-5)
 
 
+def test_a_cooldown_branches_off_the_checkpoint_and_decays_the_rate_to_zero(tmp_path):
+    from semiparam.training.pretrain import PriorTrainer
+
+    checkpoint = TrainingCheckpoint(tmp_path, "tiny", every_steps=2, every_seconds=None)
+    with pytest.raises(ValueError, match="no"):
+        pretrain(_tiny_module(), TablePrior(TINY), TINY_TRAINING, n_features=4, max_steps=1, cooldown_steps=2)
+    pretrain(
+        _tiny_module(), TablePrior(TINY), TINY_TRAINING, n_features=4, max_steps=4, checkpoint=checkpoint
+    )
+    before = checkpoint.read()
+    cooled = _tiny_module()
+    run = pretrain(
+        cooled,
+        TablePrior(TINY),
+        TINY_TRAINING,
+        n_features=4,
+        max_steps=99,
+        checkpoint=checkpoint,
+        cooldown_steps=3,
+    )
+    assert run.steps == 7 and run.evaluations[-1]["step"] == 7  # scored at its end
+    after = checkpoint.read()  # the constant-rate run's state, untouched
+    assert after["step"] == before["step"] == 3
+    for name, p in after["model"].items():
+        torch.testing.assert_close(p, before["model"][name], msg=name)
+    assert any(not torch.equal(p, before["model"][n]) for n, p in cooled.state_dict().items())
+    trainer = PriorTrainer(_tiny_module(), TINY_TRAINING, 10, cooldown=(4, 4))
+    rates = [trainer.learning_rate(step) for step in range(3, 9)]
+    full = TINY_TRAINING.learning_rate
+    assert rates == pytest.approx([full, full, 0.75 * full, 0.5 * full, 0.25 * full, 0.0])
+
+
 @pytest.fixture
 def tiny_weights(tmp_path, monkeypatch):
     """Tiny pretrained weights in place of the shipped ones."""

@@ -75,9 +75,12 @@ def continue_pretraining(
     seconds: float | None = None,
     device: str = "auto",
     progress: bool | None = None,
+    cooldown_steps: int = 0,
 ) -> tuple[NPT, PretrainRun]:
     """Resume (or begin) pretraining from ``checkpoint_dir`` until step ``steps`` of the whole
-    pretraining or ``seconds`` of this run; returns the model and the run."""
+    pretraining or ``seconds`` of this run; returns the model and the run. With ``cooldown_steps``:
+    the checkpoint's weights trained that many steps more at a learning rate decaying to zero,
+    the checkpoint left as it was (the weights to export; see :mod:`semiparam.training.pretrain`)."""
     module, config = build_prior_npt(device)
     run = pretrain(
         module,
@@ -88,6 +91,7 @@ def continue_pretraining(
         checkpoint=_checkpoint(Path(checkpoint_dir), config),
         seconds=seconds,
         progress=progress,
+        cooldown_steps=cooldown_steps,
     )
     return module, run
 
@@ -110,9 +114,11 @@ def export_weights(
     commit: str | None = None,
     directory: Path | None = None,
     machine: str | None = None,
+    cooldown_steps: int = 0,
 ) -> dict[str, Any]:
     """Write the weights (float32 safetensors) and the card into ``directory`` (default: the
-    package's ``weights`` folder); returns the card."""
+    package's ``weights`` folder); returns the card. ``cooldown_steps``: the last steps of
+    ``steps`` were a cool-down branched off the checkpoint."""
     directory = directory or weights_dir()
     directory.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().float().cpu().contiguous() for k, v in module.state_dict().items()}
@@ -125,6 +131,7 @@ def export_weights(
         "prior_config": PRIOR.to_dict(),
         "pretrain_config": TRAINING.to_dict(),
         "steps": steps,
+        "cooldown_steps": cooldown_steps,
         "tasks_seen": steps * TRAINING.tasks_per_step,
         "parameters": int(sum(p.numel() for p in module.parameters())),
         "seconds_by_device": ledger.get("seconds_by_device", {}),

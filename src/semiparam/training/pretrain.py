@@ -19,6 +19,10 @@ bf16 autocast on a GPU, the loss on held-out prior tasks every ``eval_every`` st
 (weights, optimiser, the prior's random state, history, seconds by device) is written to a checkpoint
 every few steps and at the end, never marked finished, so the next run, on this machine or another,
 continues the same stream of tasks.
+
+The weights to ship come from a cool-down (``cooldown_steps``): a branch off the checkpoint whose
+learning rate decays linearly to zero, written nowhere, so that the constant-rate run can go on
+and be cooled down again at any later export (a warm-up, stable, decay schedule).
 """
 
 from __future__ import annotations
@@ -197,10 +201,12 @@ class PriorTrainer(Engine):
         max_steps: int,
         callbacks: Sequence[Callback] = (),
         engine_config: TrainConfig | None = None,
+        cooldown: tuple[int, int] | None = None,
     ) -> None:
         """``engine_config``: the engine's schedule, stopping and clipping in place of
         pretraining's (fine-tuning on one table: the adaptive schedule, stopped on its validation
-        loss); the learning rate stays ``config.learning_rate``."""
+        loss); the learning rate stays ``config.learning_rate``. ``cooldown``: (first step, steps)
+        over which the learning rate decays linearly towards zero."""
         params = [p for p in module.parameters() if p.requires_grad]
         super().__init__(
             module,
@@ -212,12 +218,17 @@ class PriorTrainer(Engine):
         self.pretrain_config = config
         self.device = next(module.parameters()).device
         self.dtype = autocast_dtype(self.device, config.mixed_precision)
+        self.cooldown = cooldown
 
     def learning_rate(self, step: int) -> float:
         if self.adaptive:
             return super().learning_rate(step)
         c = self.pretrain_config
-        return c.learning_rate * min(1.0, (step + 1) / max(c.warmup_steps, 1))
+        rate = c.learning_rate * min(1.0, (step + 1) / max(c.warmup_steps, 1))
+        if self.cooldown is not None and step >= self.cooldown[0]:
+            first, steps = self.cooldown
+            rate *= max(0.0, 1.0 - (step - first) / steps)
+        return rate
 
     def step_loss(self, batch: list[EncodedTask], step: int) -> tuple[Tensor, dict[str, float]]:
         losses = {"classification": [], "regression": []}
@@ -336,10 +347,13 @@ def pretrain(
     checkpoint: TrainingCheckpoint | None = None,
     seconds: float | None = None,
     progress: bool | None = None,
+    cooldown_steps: int = 0,
 ) -> PretrainRun:
     """Pretrain ``module`` (an NPT of :func:`prior_layout`) on ``prior`` until step ``max_steps`` of
     the whole pretraining, or ``seconds`` of this run; resumes from ``checkpoint`` when it holds a
-    state (see the module docstring)."""
+    state (see the module docstring). With ``cooldown_steps``, instead: that many steps more from
+    the checkpoint's state, the learning rate decaying linearly to zero, and the checkpoint left as
+    it was (``max_steps`` is then ignored)."""
     device = next(module.parameters()).device
     source = TaskBatches(prior, config.tasks_per_step, n_features, device)
     eval_prior = TablePrior(prior.config, seed=config.eval_seed)
@@ -347,6 +361,12 @@ def pretrain(
         encode_drawn(*draw_task(eval_prior, n_features), n_features, device) for _ in range(config.eval_tasks)
     ]
     state = checkpoint.read(map_location=device) if checkpoint is not None else None
+    cooldown = None
+    if cooldown_steps:
+        if state is None:
+            raise ValueError("a cool-down branches off a pretraining checkpoint, and there is none")
+        cooldown = (int(state["step"]) + 1, int(cooldown_steps))
+        max_steps = sum(cooldown)
     extra = state["extra"] if state is not None else {"evaluations": [], "seconds_by_device": {}}
     ledger = _Ledger(
         list(extra["evaluations"]),
@@ -363,15 +383,19 @@ def pretrain(
         return scores["loss"]
 
     callbacks: list[Callback] = [ProgressBar(progress, "pretraining"), _SessionLimit(seconds)]
-    keeper = _Checkpointing(checkpoint, source, ledger) if checkpoint is not None else None
+    keeper = _Checkpointing(checkpoint, source, ledger) if checkpoint and not cooldown else None
     if keeper is not None:
         callbacks.append(keeper)
-    trainer = PriorTrainer(module, config, max_steps, callbacks)
+    elif cooldown:
+        callbacks.append(Callback())  # the checkpoint's place among the callbacks: a cool-down writes none
+    trainer = PriorTrainer(module, config, max_steps, callbacks, cooldown=cooldown)
     if state is not None:
         state["finished"] = False  # pretraining never finishes: the next run adds steps
     history = trainer.fit(source, evaluate, resume=state)
     if keeper is not None:
         keeper.write(trainer, len(history.train_loss) - 1)
+    if cooldown and (not ledger.evaluations or ledger.evaluations[-1]["step"] != len(history.train_loss)):
+        evaluate()  # the cooled-down weights' own score
     module.eval()
     return PretrainRun(
         history, ledger.evaluations, ledger.extra()["seconds_by_device"], len(history.train_loss)
