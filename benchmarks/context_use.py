@@ -56,7 +56,7 @@ SETTINGS: dict[str, tuple[str, dict[str, Any], str]] = {
     "spin_lookup_task_800": ("spin", {"max_steps": 800, "train_options": LOOKUP_TASK},
         "SPIN (10 inducing points) trained on the lookup task alone, as NPT above"),
     "spin160_lookup_task_800": ("spin", {"max_steps": 800, "train_options": LOOKUP_TASK,
-                                         "model_options": {"n_inducing_points": 160}},
+                                         "model_options": {"n_inducing": 160}},
         "SPIN with 160 inducing points (more than the 150 source rows) on the lookup task alone"),
 }
 # fmt: on

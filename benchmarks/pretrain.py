@@ -6,7 +6,7 @@ weights into the package.
     .venv/bin/python benchmarks/pretrain.py --steps 20000             # up to step 20,000 in all
     python benchmarks/pretrain.py --device cuda --seconds 420         # a GPU session's share
     .venv/bin/python benchmarks/pretrain.py --export-only             # weights and card from the checkpoint
-    .venv/bin/python benchmarks/pretrain.py --seconds 0 --cooldown 1500   # export cooled-down weights
+    .venv/bin/python benchmarks/pretrain.py --export-only --cooldown 2000  # export cooled-down weights
 
 The training state lives in ``--checkpoint-dir`` (default ``.pretrain/``, not in git): weights,
 optimiser, the prior's random state, the loss history, held-out prior scores and the seconds spent

@@ -41,12 +41,12 @@ WIDTHS: dict[str, dict[str, dict[str, Any]]] = {
     # the official Protein scripts; SPIN's depth 8 is 4 XABA/ABLA + 4 XABD: our 4 layers
     "official": {
         "npt": dict(d_embedding=64, n_heads=8, n_blocks=8, max_row_width=None),
-        "spin": dict(d_embedding=128, n_heads=16, n_layers=4, n_inducing_points=10, n_latent_attributes=10),
+        "spin": dict(d_embedding=128, n_heads=16, n_blocks=4, n_inducing=10, n_latent_attributes=10),
     },
     # e = 16, 4 heads, 2 datapoint-attention blocks each; SPIN h = 10, f = 5 (the paper's Protein run)
     "matched": {
         "npt": dict(d_embedding=16, n_heads=4, n_blocks=4),
-        "spin": dict(d_embedding=16, n_heads=4, n_layers=2, n_inducing_points=10, n_latent_attributes=5),
+        "spin": dict(d_embedding=16, n_heads=4, n_blocks=2, n_inducing=10, n_latent_attributes=5),
     },
 }
 N_QUERIES, QUERY_BATCH = 1024, 256  # predict latency: 1,024 query rows in batches of 256, best of 5

@@ -129,7 +129,7 @@ def test_sharded_classifier_trains_and_resumes(tmp_path: Path) -> None:
     X, y = frame.drop(columns="y"), np.where(frame["y"] > 0, "up", "down")
     kwargs = dict(
         n_estimators=1,
-        model_options={"d_embedding": 8, "n_layers": 1},
+        model_options={"d_embedding": 8, "n_blocks": 1},
         max_steps=12,
         train_options={**TRAIN, "shards": 3, "checkpoint_every_steps": 4},
         random_state=0,

@@ -113,7 +113,7 @@ def test_spin_needs_its_rows_for_row_explanations():
     out = reg.explain_rows(X.iloc[:2], top_k=2, context=(X, y))
     assert out.shape == (4, 4)
     maps = reg.attention_maps(X.iloc[:2], context=(X, y))
-    h = reg.learner_.model_config.n_inducing_points
+    h = reg.learner_.model_config.n_inducing
     assert maps["inducing_points"].shape[::2] == (2, h)
     np.testing.assert_allclose(maps["composed"].sum(-1), 1.0, rtol=1e-9)
     assert reg.explain_features(X.iloc[:2]).shape == (2, 3)  # needs no rows

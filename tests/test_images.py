@@ -136,7 +136,7 @@ def test_spin_image_classifier_cnn_round_trip(tmp_path):
         encoder="cnn",
         patch_size=4,
         max_steps=20,
-        model_options={"d_embedding": 8, "n_heads": 2, "n_layers": 1},
+        model_options={"d_embedding": 8, "n_heads": 2, "n_blocks": 1},
         train_options=FAST,
         random_state=0,
         verbose=False,
@@ -315,4 +315,4 @@ def test_image_estimators_keep_the_papers_widths_and_depth(cls):
     clf = cls(patch_size=4, max_steps=1, train_options=FAST, random_state=0, verbose=False).fit(X, y)
     config = clf.learner_.model_config
     assert config.max_row_width is None and config.ff_multiplier == 4 and config.column_heads is None
-    assert (config.n_blocks == 4) if cls is NPTImageClassifier else (config.n_layers == 2)
+    assert config.n_blocks == (4 if cls is NPTImageClassifier else 2)

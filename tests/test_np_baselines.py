@@ -17,7 +17,7 @@ from semiparam.models.tnpd import TNPDModule
 from semiparam.neural_processes import BANP, TNPD, BANPConfig, GPTaskSampler, TNPDConfig, load
 
 TINY_BANP = {"d_model": 16, "n_heads": 2}
-TINY_TNPD = {"d_model": 16, "n_heads": 2, "n_layers": 2, "d_feedforward": 32}
+TINY_TNPD = {"d_model": 16, "n_heads": 2, "n_blocks": 2, "d_feedforward": 32}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -239,10 +239,10 @@ def test_tnpd_equals_the_joint_masked_pass_of_a_torch_transformer(tnpd) -> None:
 
 
 def test_tnpd_config_checks() -> None:
-    assert (TNPDConfig().d_model, TNPDConfig().n_heads, TNPDConfig().n_layers) == (64, 4, 6)
+    assert (TNPDConfig().d_model, TNPDConfig().n_heads, TNPDConfig().n_blocks) == (64, 4, 6)
     assert TNPDConfig().d_feedforward == 128
-    with pytest.raises(ConfigError, match="n_layers"):
-        TNPDConfig(n_layers=0)
+    with pytest.raises(ConfigError, match="n_blocks"):
+        TNPDConfig(n_blocks=0)
     with pytest.raises(ConfigError, match="d_feedforward"):
         TNPD(d_feedforward=0)
     with pytest.raises(ConfigError, match="must divide"):

@@ -21,7 +21,7 @@ from semiparam.models.spin import SPINConfig
 from semiparam.training.config import TrainConfig
 
 TINY = {"d_embedding": 8, "n_heads": 2, "dropout": 0.0}
-OPTIONS = {"npt": {**TINY, "n_blocks": 2}, "spin": {**TINY, "n_layers": 1}}
+OPTIONS = {"npt": {**TINY, "n_blocks": 2}, "spin": {**TINY, "n_blocks": 1}}
 pytestmark = pytest.mark.filterwarnings("ignore:max_steps=.* is below min_steps")
 
 FAST = dict(max_steps=20, learning_rate=1e-2, model_options=OPTIONS, random_state=0, verbose=False)
@@ -96,12 +96,12 @@ def test_one_family_through_model(frame):
 
 def test_family_options_and_shared_options(frame):
     X, _, y = frame
-    options = {"dropout": 0.2, "npt": {"ff_multiplier": 3}, "spin": {"n_inducing_points": 3}}
+    options = {"dropout": 0.2, "npt": {"ff_multiplier": 3}, "spin": {"n_inducing": 3}}
     reg = TableRegressor(n_estimators=1, max_steps=2, model_options=options, random_state=0, verbose=False)
     reg.fit(X.iloc[:70], y[:70])
     npt, spin = (m.model_config for m in reg.learner_.members)
     assert npt.ff_multiplier == 3 and npt.dropout == 0.2
-    assert spin.n_inducing_points == 3 and spin.dropout == 0.2
+    assert spin.n_inducing == 3 and spin.dropout == 0.2
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from semiparam import SPINClassifier, SPINRegressor, TableImputer, TablePredicto
 from semiparam.cli.main import main as cli_main
 from semiparam.estimators import SPINClassifier as SPINClassifierFromEstimators
 
-TINY_SPIN = {"d_embedding": 8, "n_heads": 2, "n_layers": 1, "dropout": 0.0}
+TINY_SPIN = {"d_embedding": 8, "n_heads": 2, "n_blocks": 1, "dropout": 0.0}
 # lr 1e-2 and no feature loss so that 60 steps reach the checks' training-accuracy bar (0.83)
 TINY = dict(max_steps=60, learning_rate=1e-2, p_feature=0.0, model_options=TINY_SPIN, random_state=0)
 # one member: these tests look inside the fitted model (SPIN's cpu preset trains three)
@@ -266,7 +266,7 @@ def test_cli_fit_and_predict_with_spin(tmp_path, capsys):
     assert code == 0
     assert (run / "model" / "context.safetensors").exists()
     config = (run / "config.json").read_text()
-    assert '"model": "spin"' in config and '"n_inducing_points": 10' in config
+    assert '"model": "spin"' in config and '"n_inducing": 10' in config
     assert cli_main(["predict", str(run), str(data), "--out", str(tmp_path / "pred.csv")]) == 0
     assert len(pd.read_csv(tmp_path / "pred.csv")) == 60
     assert (

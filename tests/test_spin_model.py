@@ -32,7 +32,7 @@ def _table(n: int, seed: int = 0, p_hidden: float = 0.25) -> tuple[torch.Tensor,
 
 def _model(**overrides) -> SPIN:
     torch.manual_seed(0)
-    options = dict(d_embedding=8, n_heads=2, n_layers=3, n_inducing_points=5, n_latent_attributes=4)
+    options = dict(d_embedding=8, n_heads=2, n_blocks=3, n_inducing=5, n_latent_attributes=4)
     options.update(overrides)
     return SPIN(SPINConfig(**options), LAYOUT).eval()
 
@@ -257,7 +257,7 @@ def test_npt_training_presets_unchanged():
     "bad",
     [
         {"d_embedding": 10, "n_heads": 4},
-        {"n_inducing_points": 0},
+        {"n_inducing": 0},
         {"n_latent_attributes": 0},
         {"dropout": 1.0},
         {"inference_latents": "cached"},
@@ -267,8 +267,8 @@ def test_npt_training_presets_unchanged():
         {"d_embedding": 8, "n_heads": 2, "column_heads": 3},
         {"ff_multiplier": 0},
         {"max_row_width": 0},
-        {"n_layers": "two"},
-        {"n_inducing": 3},  # unknown key
+        {"n_blocks": "two"},
+        {"n_inducing_rows": 3},  # unknown key
     ],
 )
 def test_config_validation(bad):
@@ -309,7 +309,7 @@ def test_trainer_anneals_lambda_from_half_and_learns():
     """SPIN through the shared Trainer: lambda_0 = 0.5 cosine-annealed to 0; the loss drops."""
     torch.manual_seed(0)
     layout = ColumnLayout(("continuous", "continuous", "categorical"), (0, 0, 2))
-    model = SPIN(SPINConfig(d_embedding=8, n_heads=2, n_layers=1, dropout=0.0), layout)
+    model = SPIN(SPINConfig(d_embedding=8, n_heads=2, n_blocks=1, dropout=0.0), layout)
     config = TrainConfig.preset("cpu", model="spin").replace(
         max_steps=80, learning_rate=3e-3, tradeoff_steps=None
     )

@@ -1,11 +1,14 @@
-"""Frozen, typed configuration dataclasses: unknown keys raise, values are type-checked."""
+"""Frozen, typed configuration dataclasses: unknown keys raise, values are type-checked, and keys
+renamed since a release still work through one alias map (:data:`ALIASES`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import typing
+import warnings
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeVar, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar, get_args, get_origin
 
 C = TypeVar("C", bound="FrozenConfig")
 
@@ -14,8 +17,82 @@ class ConfigError(ValueError):
     """A configuration key or value is not valid."""
 
 
+class Renamed(NamedTuple):
+    """An old spelling of a config key: the key's name now, and the configs that had the old one."""
+
+    new: str
+    configs: tuple[str, ...]  # class names; their subclasses inherit the alias
+
+
+# The one alias map: one name per hyperparameter across models (issue 50), each old spelling -> its
+# name now. A config built in any way (constructor, ``from_dict``, ``replace``; so estimators'
+# ``model_options`` / ``train_options``, the command line's ``--set`` and settings files) accepts
+# the old spelling with a FutureWarning that names the new key, and so does reading
+# ``config.<old name>``. Files written before a rename (saved models, ``from_dict(warn=False)``)
+# load silently, and checkpoint fingerprints spell the keys as they were first written
+# (:meth:`FrozenConfig.fingerprint_dict`), so a fit checkpointed before a rename still resumes.
+ALIASES: dict[str, Renamed] = {
+    # the architecture's repeated block, NPT's name: SPIN's encoder layers (XABA -> XABD -> ABLA)
+    # and TNP-D's transformer layers. What one block holds differs by model (see each config)
+    "n_layers": Renamed("n_blocks", ("SPINConfig", "TNPDConfig")),
+    # h, the learned inducing points, the inducing-point neural processes' name (CIPNP, IPNP)
+    "n_inducing_points": Renamed("n_inducing", ("SPINConfig",)),
+    # steps between training checkpoints, TrainConfig's name
+    "checkpoint_every": Renamed("checkpoint_every_steps", ("NPTrainConfig",)),
+}
+
+
+def renamed_key(cls: type, key: str) -> str | None:
+    """The name now of ``key`` when it is an old spelling that config ``cls`` (or a base) had,
+    else None."""
+    alias = ALIASES.get(key)
+    if alias is None or not {c.__name__ for c in cls.__mro__} & set(alias.configs):
+        return None
+    return alias.new
+
+
+def canonical_keys(
+    cls: type, values: Mapping[str, Any], *, warn: bool = True, stacklevel: int = 2
+) -> dict[str, Any]:
+    """``values`` with the old spellings of config ``cls``'s keys (:data:`ALIASES`) replaced by
+    their names now, each with a FutureWarning unless ``warn`` is False (``stacklevel`` as
+    ``warnings.warn``'s, counted from the caller). Both spellings of one key raise
+    :class:`ConfigError`."""
+    out = dict(values)
+    for key in values:
+        new = renamed_key(cls, key)
+        if new is None:
+            continue
+        if new in values:
+            raise ConfigError(f"{cls.__name__}: {key!r} is the old name of {new!r}; give only {new!r}")
+        if warn:
+            warnings.warn(
+                f"{cls.__name__} key {key!r} is deprecated; it is now {new!r}",
+                FutureWarning,
+                stacklevel=stacklevel + 1,
+            )
+        out[new] = out.pop(key)
+    return out
+
+
+def legacy_keys(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` (keys as they are named now) with the keys config ``cls`` has had renamed
+    spelt the old way: what checkpoint fingerprints hash, so that they survive a rename."""
+    old = {new: key for key, (new, _) in ALIASES.items() if renamed_key(cls, key) == new}
+    return {old.get(k, k): v for k, v in values.items()}
+
+
+class _AliasedKeys(type):
+    """The metaclass of the configs: their constructor takes old key spellings (:data:`ALIASES`)."""
+
+    if not TYPE_CHECKING:  # type checkers see the dataclass's own signature
+
+        def __call__(cls, *args, **kwargs):
+            return super().__call__(*args, **canonical_keys(cls, kwargs, stacklevel=2))
+
+
 @dataclasses.dataclass(frozen=True)
-class FrozenConfig:
+class FrozenConfig(metaclass=_AliasedKeys):
     """Base class: subclasses are ``@dataclass(frozen=True)`` and implement ``validate``."""
 
     def __post_init__(self) -> None:
@@ -35,8 +112,11 @@ class FrozenConfig:
         return [f.name for f in dataclasses.fields(cls)]
 
     @classmethod
-    def from_dict(cls: type[C], values: dict[str, Any], *, base: C | None = None) -> C:
-        """Build from a dict; keys not in the dataclass raise :class:`ConfigError`."""
+    def from_dict(cls: type[C], values: Mapping[str, Any], *, base: C | None = None, warn: bool = True) -> C:
+        """Build from a dict; keys not in the dataclass raise :class:`ConfigError`. Old key
+        spellings (:data:`ALIASES`) are accepted, with a FutureWarning unless ``warn`` is
+        False (a file written before the rename)."""
+        values = canonical_keys(cls, values, warn=warn, stacklevel=2)
         unknown = sorted(set(values) - set(cls.field_names()))
         if unknown:
             raise ConfigError(f"unknown {cls.__name__} key(s) {unknown}; valid keys are {cls.field_names()}")
@@ -49,6 +129,24 @@ class FrozenConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def fingerprint_dict(self) -> dict[str, Any]:
+        """:meth:`to_dict` with renamed keys spelt as before their rename (:func:`legacy_keys`),
+        for checkpoint fingerprints: a rename must not orphan the checkpoints made before it."""
+        return legacy_keys(type(self), self.to_dict())
+
+    if not TYPE_CHECKING:  # type checkers keep flagging unknown attributes
+
+        def __getattr__(self, name):  # only called when ``name`` is not a field
+            new = renamed_key(type(self), name)
+            if new is None:
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            warnings.warn(
+                f"{type(self).__name__}.{name} is deprecated; it is now {new!r}",
+                FutureWarning,
+                stacklevel=2,
+            )
+            return getattr(self, new)
 
 
 def _coerce(owner: str, name: str, hint: Any, value: Any) -> Any:

@@ -69,7 +69,7 @@ SEARCH_SPACES: dict[str, dict[str, tuple[str, Any]]] = {
     "npt": {**_COMMON_SPACE, "model.n_blocks": ("categorical", (2, 4))},
     "spin": {
         **_COMMON_SPACE,
-        "model.n_layers": ("categorical", (1, 2, 3)),
+        "model.n_blocks": ("categorical", (1, 2, 3)),
         "train.p_target": ("float", (0.1, 0.9)),
     },
 }

@@ -121,6 +121,7 @@ def _forest_space(trial: Any, task: str, small: bool, max_estimators: int) -> di
 
 
 def _mlp_space(trial: Any, task: str, small: bool, max_estimators: int) -> dict[str, Any]:
+    # NOTE: the hidden layers of scikit-learn's MLP (the paper's baseline search), not a semiparam key
     n_layers = trial.suggest_int("n_layers", 1, 3) if small else 3
     width = trial.suggest_int("width", 25, 500, log=True)
     return {

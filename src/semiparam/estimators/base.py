@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
-from .._config import ConfigError
+from .._config import ConfigError, canonical_keys
 from ..data.table import DataValidationError, check_table
 from ..models.registry import get_model, model_names
 from ..training.config import TrainConfig
@@ -54,6 +54,29 @@ _DEFAULT_MEMBERS = {("spin", "cpu"): 3, ("npt", "cpu"): 3}
 AUTO = "auto"
 AUTO_FAMILIES = ("npt", "spin")
 _AUTO_MEMBERS = {"cpu": {"npt": 2, "spin": 1}}
+
+
+def canonical_model_options(
+    model: str, options: Mapping[str, Any] | None, *, warn: bool = True
+) -> dict[str, Any] | None:
+    """``model_options`` of an estimator of ``model`` with old key spellings replaced by their
+    names now (``semiparam._config.ALIASES``), each with a FutureWarning unless ``warn`` is
+    False; with ``model="auto"`` each family's entry by its own config (a shared entry could not
+    have an old spelling: no key was renamed in every family)."""
+    if options is None:
+        return None
+    if model == AUTO:
+        return {
+            k: canonical_model_options(k, v, warn=warn)
+            if k in AUTO_FAMILIES and isinstance(v, Mapping)
+            else v
+            for k, v in options.items()
+        }
+    try:
+        config_cls, _ = get_model(model)
+    except ValueError:  # not a table model (the genotype imputer's "copy", "knn"): nothing renamed
+        return dict(options)
+    return canonical_keys(config_cls, options, warn=warn, stacklevel=3)
 
 
 def default_members(model: str, preset: str, family: str | None = None) -> int:
@@ -317,6 +340,9 @@ class TableEstimatorMixin(BaseEstimator):
         if extra.get("class") != cls.__name__:
             raise ValueError(f"{path} holds a {extra.get('class')}, not a {cls.__name__}")
         params = dict(extra["params"])
+        # saved before a key's rename (ALIASES): the options as they are spelt now, silently
+        model = params.get("model", cls._model_name)
+        params["model_options"] = canonical_model_options(model, params.get("model_options"), warn=False)
         params["device"] = device if device is not None else str(learner.device)  # cpu if saved GPU is absent
         est = cls(**params)
         est.learner_ = learner

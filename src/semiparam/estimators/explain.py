@@ -410,7 +410,7 @@ class ExplainMixin:
         on the context rows and (last) on the query row itself; ``"columns"`` ``(n_aba_blocks,
         n_rows, heads, d, d)``, attribute-to-attribute weights within the query row. SPIN:
         ``"inducing_points"`` ``(n_rows, heads, h)``, and with the context rows (pass
-        ``context=(X_train, y_train)``) ``"rows"`` ``(n_layers, heads, h, n_context)`` and
+        ``context=(X_train, y_train)``) ``"rows"`` ``(n_blocks, heads, h, n_context)`` and
         ``"composed"`` ``(n_rows, n_context)``. Also ``"context_rows"`` (the positions of the
         context rows) and ``"column_names"`` (the order of ``d``: features, then targets)."""
         ex = Explainer(self, context, None)

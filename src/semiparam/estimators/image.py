@@ -25,7 +25,7 @@ from .._config import ConfigError
 from ..data.columns import CATEGORICAL, CONTINUOUS
 from ..data.images import check_images, check_labels
 from ..data.table import ColumnSpec, DataValidationError, EncodedTable, TableEncoder, TableSchema
-from .base import TableEstimatorMixin
+from .base import TableEstimatorMixin, canonical_model_options
 from .explain import ExplainMixin
 from .tabular import TARGET, _common_init
 
@@ -124,7 +124,7 @@ class _ImageClassifier(ClassifierMixin, ExplainMixin, TableEstimatorMixin):
     def _adjust_model_config(self, model_config: Any) -> Any:
         if self.encoder not in ("linear", "cnn"):
             raise ConfigError(f"encoder must be 'linear' or 'cnn', got {self.encoder!r}")
-        given = set(self.model_options or {})
+        given = set(canonical_model_options(self._model_name, self.model_options, warn=False) or {})
         changes = {}
         if self.preset == "cpu":
             changes = {k: v for k, v in self._image_model_defaults.items() if k not in given}
@@ -318,5 +318,5 @@ class SPINImageClassifier(_ImageClassifier):
     )
     _model_name = "spin"
     # the table preset's row cap would shrink e to 4 on 50 patches; its 2x feed-forwards, one
-    # head within a row and one layer were measured on tables only
-    _image_model_defaults = {"max_row_width": None, "ff_multiplier": 4, "column_heads": None, "n_layers": 2}
+    # head within a row and one block were measured on tables only
+    _image_model_defaults = {"max_row_width": None, "ff_multiplier": 4, "column_heads": None, "n_blocks": 2}

@@ -194,14 +194,19 @@ class TableLearner:
         # how often checkpoints are written, and the row shards (checked against the checkpoint's
         # own count when resuming, so that a fit of two processes resumes in one)
         cadence = {"checkpoint_every_steps", "checkpoint_every_seconds", "shards"}
-        train = {k: v for k, v in self.train_config.to_dict().items() if k not in cadence}
+        train = {k: v for k, v in self.train_config.fingerprint_dict().items() if k not in cadence}
         arrays = [enc.values, enc.missing] + ([enc_u.values, enc_u.missing] if enc_u is not None else [])
         if enc.weights is not None:
             arrays.append(enc.weights)
         if self.eval_rows is not None:
             arrays += [self.eval_rows.values, self.eval_rows.missing]
         return fingerprint(
-            *arrays, encoder.to_dict(), self.model_name, self.model_config.to_dict(), train, self.seed
+            *arrays,
+            encoder.to_dict(),
+            self.model_name,
+            self.model_config.fingerprint_dict(),
+            train,
+            self.seed,
         )
 
     def encode_for_fit(
@@ -707,8 +712,9 @@ class TableLearner:
         config_cls, _ = get_model(meta["model_name"])
         learner = cls(
             meta["model_name"],
-            config_cls.from_dict(meta["model_config"]),
-            TrainConfig.from_dict(meta["train_config"]),
+            # a file saved before a key's rename spells it the old way (ALIASES): read silently
+            config_cls.from_dict(meta["model_config"], warn=False),
+            TrainConfig.from_dict(meta["train_config"], warn=False),
             device=device or available_device(meta["device"]),  # a GPU model loads on a CPU machine
             seed=meta["seed"],
         )

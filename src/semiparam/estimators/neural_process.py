@@ -229,13 +229,13 @@ class NeuralProcessEstimator:
                 checkpoint_dir,
                 fingerprint(
                     type(self).__name__,
-                    model_config.to_dict(),
+                    model_config.fingerprint_dict(),
                     config.fingerprint_dict(),
                     seed,
                     getattr(sampler, "settings", lambda: repr(sampler))(),
                     _batches_digest(validation or []),
                 ),
-                every_steps=config.checkpoint_every,
+                every_steps=config.checkpoint_every_steps,
                 every_seconds=120.0,
             )
             resume = checkpoint.read()
@@ -481,7 +481,7 @@ class NeuralProcessEstimator:
             config_fields.setdefault("readout", "inducing")
             config_fields.setdefault("readback_ff", 4)
             config_fields.setdefault("summary_encoder", "separate")  # saved before the option existed
-        config = saved._config_cls.from_dict(config_fields)
+        config = saved._config_cls.from_dict(config_fields, warn=False)  # old keys: silently
         estimator = saved(config, random_state=meta.get("random_state"), device=device)
         module = estimator._build(config, seed=0)
         weights_file = path / _WEIGHTS_FILE
@@ -492,7 +492,7 @@ class NeuralProcessEstimator:
         module.eval()
         estimator.module_, estimator.config_, estimator.seed_ = module, config, meta.get("seed")
         if meta.get("train_config") is not None:
-            estimator.train_config_ = NPTrainConfig.from_dict(meta["train_config"])
+            estimator.train_config_ = NPTrainConfig.from_dict(meta["train_config"], warn=False)
         if meta.get("history") is not None:
             estimator.history_ = NPTrainHistory(**meta["history"])
         return estimator

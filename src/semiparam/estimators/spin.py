@@ -18,11 +18,11 @@ _SPIN_DOC = """
 """
 
 _PRESETS_DOC = """    preset : {"cpu", "small", "base", "spin16", "spin64"}
-        ``cpu`` (default: e=16, h=f=10, 2 layers, training until the validation loss
+        ``cpu`` (default: e=16, h=f=10, 1 block, training until the validation loss
         stops improving as NPT's ``cpu`` preset, label mask 0.5), the paper's UCI
         settings for small (``small``) or large (``base``) tables, or its genomics SPIN-16 /
-        SPIN-64 (chunk masking). Model fields (``n_inducing_points``, ``n_latent_attributes``,
-        ``n_layers``, ...) go in ``model_options``; see ``SPINConfig``.
+        SPIN-64 (chunk masking). Model fields (``n_inducing``, ``n_latent_attributes``,
+        ``n_blocks``, ...) go in ``model_options``; see ``SPINConfig``.
 """
 
 

@@ -292,7 +292,7 @@ _MODEL_DOC = """
 _MODEL_PARAM = """    model : {"auto", "npt", "spin"}
         The model family. With ``"auto"``, ``n_estimators`` (when given) counts the members of
         each family, and ``model_options`` may hold one family's options under its name
-        (``{"spin": {"n_inducing_points": 20}}``; other entries apply to both).
+        (``{"spin": {"n_inducing": 20}}``; other entries apply to both).
 """
 
 

@@ -57,13 +57,14 @@ import torch
 from safetensors.numpy import load_file as load_numpy
 from safetensors.numpy import save_file as save_numpy
 
-from .._config import ConfigError
+from .._config import ConfigError, legacy_keys
 from .._io import ModelFileError, atomic_directory, available_device, read_json, read_tensors
 from ..data.columns import CATEGORICAL
 from ..data.genotypes import HaplotypePanel, VariantSites
 from ..data.table import ColumnSpec, TableEncoder, TableSchema
+from ..estimators.base import canonical_model_options
 from ..estimators.learner import TableLearner, TrainConfig, resolve_device
-from ..models.registry import model_names
+from ..models.registry import get_model, model_names
 from ..parallel import check_backend, map_tasks
 from .copying import (
     NE_GRID,
@@ -525,7 +526,7 @@ class GenotypeImputer:
         for array in (alleles, phased, self.typed_, self.cm_):
             h.update(np.ascontiguousarray(array).tobytes())
         fitted = {"copying": dataclasses.asdict(self.copying_), "windows": len(self.windows_)}
-        h.update(json.dumps([self.get_params(), fitted], sort_keys=True, default=str).encode())
+        h.update(json.dumps([self._fingerprint_params(), fitted], sort_keys=True, default=str).encode())
         if self.learners_:
             h.update(str(getattr(self, "fit_seconds_", "")).encode())  # one fitted model, not another
         return h.hexdigest()[:32]
@@ -690,6 +691,17 @@ class GenotypeImputer:
         )
         return {n: getattr(self, n) for n in names}
 
+    def _fingerprint_params(self) -> dict[str, Any]:
+        """:meth:`get_params` for run fingerprints: ``model_options`` keys spelt as before their
+        renames (``semiparam._config.ALIASES``) whichever spelling was given, so that a run
+        checkpointed before a rename still resumes."""
+        params = self.get_params()
+        if params["model_options"] and self.model in model_names():
+            config_cls, _ = get_model(self.model)
+            options = canonical_model_options(self.model, params["model_options"], warn=False) or {}
+            params["model_options"] = legacy_keys(config_cls, options)
+        return params
+
     def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
         """Write ``imputer.json`` (settings, sites, windows), ``reference.safetensors`` (the panel's
         haplotypes, needed by "shared" and "knn" models, left out for per-window models that do not
@@ -748,6 +760,10 @@ class GenotypeImputer:
             meta = meta if isinstance(meta, dict) else {}
             raise ModelFileError(f"{meta_file}: unsupported imputer format {meta.get('format_version')!r}")
         params = dict(meta["params"])
+        # saved before a key's rename (ALIASES): the options as they are spelt now, silently
+        params["model_options"] = canonical_model_options(
+            params["model"], params["model_options"], warn=False
+        )
         params["genetic_map"] = None  # the map was read at fit time; its positions are saved
         # a model saved on a GPU loads on a machine without one
         params["device"] = device if device is not None else available_device(str(params["device"]))

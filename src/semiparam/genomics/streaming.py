@@ -156,7 +156,9 @@ def impute_streamed(
     if probe.unphased == "error":  # fail before any work
         check_phased(target.alleles, target.phased, target.sites, target.samples)
     margin = 2 * probe.n_inputs
-    fingerprint = _fingerprint(Path(reference), target, probe.get_params(), array, chunk_sites, region)
+    fingerprint = _fingerprint(
+        Path(reference), target, probe._fingerprint_params(), array, chunk_sites, region
+    )
     claim_run_directory(partial, fingerprint, "chunks")
 
     ref_report = ReadReport(str(reference))

@@ -52,7 +52,9 @@ class NPConfig(FrozenConfig):
 
     x_dim: int = 1
     y_dim: int = 1
-    d_model: int = 128  # w: width of every MLP, attention block and representation
+    # w: width of every MLP, attention block and representation. NOTE: not NPT's / SPIN's
+    # d_embedding, which is the width per attribute (a row token is n_columns * d_embedding wide)
+    d_model: int = 128
     n_heads: int = 8  # must divide d_model
 
     def validate(self) -> None:

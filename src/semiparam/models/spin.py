@@ -8,7 +8,8 @@ e: ``D (n, d, e)``) but never lets all n rows attend to each other. Instead it c
   its d attribute embeddings along the attribute axis, or D itself when f >= d);
 - ``H_D (h, f, e)``: h learned **inducing points**, "virtual rows" shared by the whole dataset.
 
-One encoder layer is (paper section 3.2.1, in this order)::
+One encoder block (``n_blocks`` of them; the paper's depth counts XABA and XABD apart, so its depth
+4 is 2 blocks) is (paper section 3.2.1, in this order)::
 
     H_A = XABA(H_A, D)     # cross-attention between attributes: per row, f latents attend to d cells
     H_D = XABD(H_D, H_A)   # cross-attention between datapoints: h inducing points attend to all n rows
@@ -16,14 +17,14 @@ One encoder layer is (paper section 3.2.1, in this order)::
 
 XABD is the only place where rows interact, with cost O(n * h), so a training step is linear in
 n. The **predictor** lets every query row (its raw embedding, width d * e) cross-attend to the h
-inducing points of the last layer, then applies one linear head per column; query rows never see
-each other. Every block is the library's pre-LayerNorm :class:`~semiparam.nn.attention.MAB`.
+inducing points of the last block, then applies one linear head per column; query rows never see
+each other. Every attention is the library's pre-LayerNorm :class:`~semiparam.nn.attention.MAB`.
 
 **Dataset encoding.** ``encode_context`` runs the encoder over a whole training set and returns
 only ``H_D (h, f, e)``: predictions then need neither the rows nor any cost in n. Because H_A of
 a row never depends on H_D or on other rows, the encoder can stream the rows in chunks and stay
 exact: XABD's softmax over all n rows is assembled from per-chunk log-sum-exp pieces
-(:class:`~semiparam.nn.streaming.StreamingCrossAttention`), one pass over the chunks per layer.
+(:class:`~semiparam.nn.streaming.StreamingCrossAttention`), one pass over the chunks per block.
 Memory is O(chunk) and the result equals the one-pass encoding up to float rounding.
 """
 
@@ -51,9 +52,12 @@ class SPINConfig(AttentionSettings, InputSettings):
     that of XABA, ABLA and the predictor (see :class:`AttentionSettings`)."""
 
     d_embedding: int = 16  # e, per-attribute width
-    n_inducing_points: int = 10  # h, rows of H_D (paper code: num_inds_I)
+    n_inducing: int = 10  # h, rows of H_D (paper code: num_inds_I); was n_inducing_points (ALIASES)
     n_latent_attributes: int = 10  # f, latents per row and per inducing point (num_inds_F); f >= d -> d
-    n_layers: int = 2  # encoder layers, each XABA -> XABD -> ABLA (paper "depth 4" = 2 layers)
+    # encoder layers, each XABA -> XABD -> ABLA (paper "depth 4" = 2 blocks). NOTE: was n_layers
+    # (ALIASES), renamed after NPT's n_blocks; one SPIN block holds an XABD and an XABA, so it is
+    # two of NPT's blocks (which count ABD and ABA apart) at the papers' depth
+    n_blocks: int = 2
     n_heads: int = 4  # must divide e
     dropout: float = 0.1  # hidden, feed-forward, embedding and pre-head dropout
     ff_multiplier: int = 4  # hidden units of each block's feed-forward, per channel (paper: 4)
@@ -85,7 +89,7 @@ class SPINConfig(AttentionSettings, InputSettings):
     predictor_aba: int = 0
 
     def validate(self) -> None:
-        for name in ("d_embedding", "n_inducing_points", "n_latent_attributes", "n_layers", "n_heads"):
+        for name in ("d_embedding", "n_inducing", "n_latent_attributes", "n_blocks", "n_heads"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.n_frequencies < 0 or not self.frequency_scale > 0:
@@ -108,14 +112,14 @@ class SPINConfig(AttentionSettings, InputSettings):
     def cpu(cls) -> SPINConfig:
         """Small enough to train on a laptop CPU in seconds: e=16 (capped so that the
         predictor's row token has at most 128 channels, as NPT's cpu preset), h=f=10, one
-        encoder layer (XABA, XABD, ABLA), 4 heads over rows and inducing points and one within a
+        encoder block (XABA, XABD, ABLA), 4 heads over rows and inducing points and one within a
         row, feed-forwards of twice the width, periodic numeric embeddings as NPT's cpu preset.
 
-        NOTE[DIFF]: the paper keeps e fixed, uses 4x feed-forwards and 2 layers ("depth 4") on
+        NOTE[DIFF]: the paper keeps e fixed, uses 4x feed-forwards and 2 blocks ("depth 4") on
         its small tables. On a wide table the predictor (query rows of width d*e against the
         inducing points) dominated a step; the cap, the 2x feed-forwards and one head within a
         row were scored together on the development suite's 14 tables over three splits each
-        against the defaults before, and then one layer against two (``benchmarks/results/
+        against the defaults before, and then one block against two (``benchmarks/results/
         fit_cost.md``, "quality held"): each made a step cheaper and moved the scores within the
         split-to-split noise."""
         return cls(
@@ -124,44 +128,44 @@ class SPINConfig(AttentionSettings, InputSettings):
             max_row_width=128,
             ff_multiplier=2,
             column_heads=1,
-            n_layers=1,
+            n_blocks=1,
         )
 
     @classmethod
     def paper_small(cls) -> SPINConfig:
         """The paper's UCI setting for small tables (Boston, Breast Cancer, Concrete, Yacht):
-        e=128, depth 8 (= 4 layers), 8 heads, h=10, f=10 (section 6.8 of the spec)."""
+        e=128, depth 8 (= 4 blocks), 8 heads, h=10, f=10 (section 6.8 of the spec)."""
         return cls(
             d_embedding=128,
-            n_layers=4,
+            n_blocks=4,
             n_heads=8,
-            n_inducing_points=10,
+            n_inducing=10,
             n_latent_attributes=10,
             attention_dropout=0.1,
         )
 
     @classmethod
     def paper_base(cls) -> SPINConfig:
-        """The paper's UCI setting for large tables (Kick, Higgs, Forest): e=64, 4 layers, 8 heads,
+        """The paper's UCI setting for large tables (Kick, Higgs, Forest): e=64, 4 blocks, 8 heads,
         h=10, f=10."""
         return cls(
             d_embedding=64,
-            n_layers=4,
+            n_blocks=4,
             n_heads=8,
-            n_inducing_points=10,
+            n_inducing=10,
             n_latent_attributes=10,
             attention_dropout=0.1,
         )
 
     @classmethod
     def spin16(cls) -> SPINConfig:
-        """SPIN-16 of the genomics experiments: e=16, depth 4 (2 layers), 1 head, h=f=10, dropout 0.4."""
-        return cls(d_embedding=16, n_layers=2, n_heads=1, dropout=0.4, attention_dropout=0.1)
+        """SPIN-16 of the genomics experiments: e=16, depth 4 (2 blocks), 1 head, h=f=10, dropout 0.4."""
+        return cls(d_embedding=16, n_blocks=2, n_heads=1, dropout=0.4, attention_dropout=0.1)
 
     @classmethod
     def spin64(cls) -> SPINConfig:
-        """SPIN-64 of the genomics experiments: e=64, depth 4 (2 layers), 4 heads, h=f=10, dropout 0.4."""
-        return cls(d_embedding=64, n_layers=2, n_heads=4, dropout=0.4, attention_dropout=0.1)
+        """SPIN-64 of the genomics experiments: e=64, depth 4 (2 blocks), 4 heads, h=f=10, dropout 0.4."""
+        return cls(d_embedding=64, n_blocks=2, n_heads=4, dropout=0.4, attention_dropout=0.1)
 
     @classmethod
     def preset(cls, name: str) -> SPINConfig:
@@ -243,13 +247,13 @@ class SPIN(nn.Module):
         # H_A^0: Linear(d -> f) along the attribute axis, shared over channels and rows (spec 9.4)
         self.row_projection = nn.Linear(d, self.n_latents) if self.n_latents < d else None
         # H_D^0: learned inducing points, stored unfolded as (1, h, f*e), Xavier-uniform (spec 1.4)
-        self.inducing_points = nn.Parameter(torch.empty(1, config.n_inducing_points, self.n_latents * e))
+        self.inducing_points = nn.Parameter(torch.empty(1, config.n_inducing, self.n_latents * e))
         nn.init.xavier_uniform_(self.inducing_points)
         # NOTE[DIFF]: ABLA after the last XABD would feed nothing (the predictor reads H_D only), so
         # it is not built: same function, no dead parameters.
         self.layers = nn.ModuleList(
-            SPINLayer(config, self.n_latents, with_abla=config.use_abla and i < config.n_layers - 1)
-            for i in range(config.n_layers)
+            SPINLayer(config, self.n_latents, with_abla=config.use_abla and i < config.n_blocks - 1)
+            for i in range(config.n_blocks)
         )
         # Optional attention between the attributes of each query row before the predictor.
         self.query_aba = nn.ModuleList(
@@ -348,9 +352,9 @@ class SPIN(nn.Module):
         """Encode a whole dataset ``(n, d)`` into the inducing points ``H (1, h, f*e)``, exactly,
         streaming ``chunk_rows`` rows at a time (default ``config.encode_chunk_rows``).
 
-        Layer l's XABD needs H_D of layer l - 1 as its queries, so the rows are streamed once per
-        layer, each chunk's H_A recomputed from its cells: O(chunk) memory at the price of
-        n_layers * (n_layers + 1) / 2 row-encoder passes instead of n_layers.
+        Block l's XABD needs H_D of block l - 1 as its queries, so the rows are streamed once per
+        block, each chunk's H_A recomputed from its cells: O(chunk) memory at the price of
+        n_blocks * (n_blocks + 1) / 2 row-encoder passes instead of n_blocks.
         """
         if self.config.inference_latents == "learned":
             return self.inducing_points.detach().clone()
@@ -392,7 +396,7 @@ class SPIN(nn.Module):
         if "inducing_points" not in tensors:
             raise ValueError(f"a SPIN encoding holds 'inducing_points', got keys {sorted(tensors)}")
         points = tensors["inducing_points"]
-        expected = (self.config.n_inducing_points, self.n_latents, self.config.d_embedding)
+        expected = (self.config.n_inducing, self.n_latents, self.config.d_embedding)
         if tuple(points.shape) != expected:
             raise ValueError(
                 f"inducing_points has shape {tuple(points.shape)}, this model expects {expected}"

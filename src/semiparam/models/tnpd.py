@@ -51,12 +51,12 @@ class TNPDConfig(NPConfig):
 
     d_model: int = 64  # token width
     n_heads: int = 4  # must divide d_model
-    n_layers: int = 6  # transformer encoder layers
+    n_blocks: int = 6  # transformer encoder layers. NOTE: was n_layers (ALIASES), NPT's name now
     d_feedforward: int = 128  # hidden width of each layer's feed-forward and of the head
 
     def validate(self) -> None:
         super().validate()
-        for name in ("n_layers", "d_feedforward"):
+        for name in ("n_blocks", "d_feedforward"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"TNPDConfig.{name} must be >= 1, got {getattr(self, name)}")
 
@@ -95,7 +95,7 @@ class TNPDModule(nn.Module):
         w = config.d_model
         self.embedder = mlp(config.x_dim + config.y_dim, w, w, n_hidden=_EMBED_HIDDEN)
         self.layers = nn.ModuleList(
-            TransformerLayer(w, config.n_heads, config.d_feedforward) for _ in range(config.n_layers)
+            TransformerLayer(w, config.n_heads, config.d_feedforward) for _ in range(config.n_blocks)
         )
         self.head = mlp(w, config.d_feedforward, 2 * config.y_dim)
 

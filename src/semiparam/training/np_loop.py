@@ -63,7 +63,8 @@ class NPTrainConfig(FrozenConfig):
     eval_every: int = 250  # steps between validation scores (with validation tasks only)
     patience: int | None = None  # evaluations without improvement before stopping; None = never
     time_budget: float | None = None  # seconds of training; None = no limit
-    checkpoint_every: int = 500  # steps between training checkpoints (with a checkpoint directory)
+    # steps between training checkpoints (with a checkpoint directory); was checkpoint_every (ALIASES)
+    checkpoint_every_steps: int = 500
     smoothing: float = 0.0  # EMA weight of past validation losses in the plateau rule (patience)
     min_steps: int = 0  # no plateau declared before this step
     anneal_fraction: float = 0.5  # adaptive: anneal length / steps run before it
@@ -75,7 +76,14 @@ class NPTrainConfig(FrozenConfig):
     LATER_FIELDS = ("smoothing", "min_steps", "anneal_fraction", "lr_drops", "drop_factor")
 
     def validate(self) -> None:
-        for name in ("max_steps", "batch_size", "n_z_samples", "log_every", "eval_every", "checkpoint_every"):
+        for name in (
+            "max_steps",
+            "batch_size",
+            "n_z_samples",
+            "log_every",
+            "eval_every",
+            "checkpoint_every_steps",
+        ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"NPTrainConfig.{name} must be >= 1, got {getattr(self, name)}")
         if not self.learning_rate > 0:
@@ -100,10 +108,14 @@ class NPTrainConfig(FrozenConfig):
             raise ConfigError(f"NPTrainConfig.drop_factor must be in (0, 1), got {self.drop_factor}")
 
     def fingerprint_dict(self) -> dict[str, Any]:
-        """The settings that decide a fit, for its checkpoint's fingerprint: :meth:`to_dict` less
-        the ``LATER_FIELDS`` left at their defaults."""
+        """The settings that decide a fit, for its checkpoint's fingerprint: the base's (renamed
+        keys spelt as before) less the ``LATER_FIELDS`` left at their defaults."""
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
-        return {k: v for k, v in self.to_dict().items() if k not in self.LATER_FIELDS or v != defaults[k]}
+        return {
+            k: v
+            for k, v in super().fingerprint_dict().items()
+            if k not in self.LATER_FIELDS or v != defaults[k]
+        }
 
     def engine_config(self) -> TrainConfig:
         """The engine's settings: cosine to exactly 0 over ``max_steps`` (no flat part), constant, or

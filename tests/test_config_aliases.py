@@ -1,0 +1,142 @@
+"""One name per hyperparameter across models: keys renamed since a release (``_config.ALIASES``)
+still work, with a FutureWarning naming the new key, wherever a setting is given; files and
+checkpoints written before a rename load silently (``test_saved_models.py``)."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.base import clone
+
+from semiparam import ConfigError, NPTConfig, SPINConfig, SPINImageClassifier, SPINRegressor, TableClassifier
+from semiparam._config import ALIASES, legacy_keys
+from semiparam.models.ipnp import CIPNPConfig
+from semiparam.models.tnpd import TNPDConfig
+from semiparam.training.config import TrainConfig
+from semiparam.training.np_loop import NPTrainConfig
+
+SAVED = Path(__file__).parent / "fixtures" / "saved_models"
+
+
+def test_every_alias_names_a_field_of_each_config_that_had_the_old_key() -> None:
+    configs = {c.__name__: c for c in (SPINConfig, TNPDConfig, NPTrainConfig)}
+    for old, (new, owners) in ALIASES.items():
+        for owner in owners:
+            fields = configs[owner].field_names()
+            assert new in fields and old not in fields, (owner, old, new)
+
+
+@pytest.mark.parametrize(
+    ("cls", "old", "new"),
+    [
+        (SPINConfig, "n_layers", "n_blocks"),
+        (SPINConfig, "n_inducing_points", "n_inducing"),
+        (TNPDConfig, "n_layers", "n_blocks"),
+        (NPTrainConfig, "checkpoint_every", "checkpoint_every_steps"),
+    ],
+)
+def test_old_keys_work_everywhere_a_config_is_built(cls: type, old: str, new: str) -> None:
+    with pytest.warns(FutureWarning, match=f"{old!r} is deprecated; it is now {new!r}"):
+        assert getattr(cls.from_dict({old: 3}), new) == 3
+    with pytest.warns(FutureWarning, match=repr(new)):
+        assert getattr(cls(**{old: 3}), new) == 3  # the constructor
+    with pytest.warns(FutureWarning, match=repr(new)):
+        assert getattr(cls().replace(**{old: 3}), new) == 3
+    with pytest.warns(FutureWarning, match=repr(new)):
+        assert getattr(cls(**{new: 3}), old) == 3  # reading the old attribute
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a file written before the rename: silently
+        assert getattr(cls.from_dict({old: 3}, warn=False), new) == 3
+    with pytest.raises(ConfigError, match=f"give only {new!r}"):
+        cls.from_dict({old: 3, new: 3})
+
+
+def test_an_alias_applies_only_to_the_configs_that_had_the_old_key() -> None:
+    with pytest.raises(ConfigError, match="unknown NPTConfig key"):
+        NPTConfig.from_dict({"n_layers": 2})  # NPT always said n_blocks
+    with pytest.raises(ConfigError, match="unknown CIPNPConfig key"):
+        CIPNPConfig.from_dict({"n_inducing_points": 4})  # the NPs always said n_inducing
+    with pytest.raises(ConfigError, match="unknown TrainConfig key"):
+        TrainConfig.from_dict({"checkpoint_every": 4})
+    with pytest.raises(AttributeError, match="n_layers"):
+        NPTConfig().n_layers  # noqa: B018
+
+
+def test_fingerprints_spell_renamed_keys_as_before() -> None:
+    """Checkpoint fingerprints hash the keys as first written, so a fit checkpointed before a
+    rename resumes after it (``test_saved_models.py`` resumes such checkpoints)."""
+    spin = SPINConfig(n_blocks=3, n_inducing=7).fingerprint_dict()
+    assert spin["n_layers"] == 3 and spin["n_inducing_points"] == 7
+    assert not {"n_blocks", "n_inducing"} & set(spin)
+    assert NPTConfig().fingerprint_dict() == NPTConfig().to_dict()  # nothing of NPT's renamed
+    assert legacy_keys(TNPDConfig, {"n_blocks": 2, "d_model": 8}) == {"n_layers": 2, "d_model": 8}
+
+
+def test_estimator_model_options_take_old_keys() -> None:
+    with pytest.warns(FutureWarning, match="'n_blocks'"):
+        config, _ = SPINRegressor(model_options={"n_layers": 3, "n_inducing": 5})._configs()
+    assert (config.n_blocks, config.n_inducing) == (3, 5)
+    auto = TableClassifier(model_options={"dropout": 0.2, "spin": {"n_inducing_points": 4}})
+    with pytest.warns(FutureWarning, match="'n_inducing'"):
+        spin, _ = auto._configs("spin")
+    assert spin.n_inducing == 4 and spin.dropout == 0.2
+
+
+def test_image_defaults_yield_to_an_old_key() -> None:
+    """The image preset's own n_blocks must not override the user's n_layers."""
+    clf = SPINImageClassifier(model_options={"n_layers": 1})
+    clf.padded_shape_, clf.patch_size_ = (1, 8, 8), 4
+    with pytest.warns(FutureWarning, match="'n_blocks'"):
+        config, _ = clf._configs()
+    assert config.n_blocks == 1
+    clf.model_options = None
+    assert clf._configs()[0].n_blocks == 2  # the image preset's
+
+
+def test_a_loaded_estimator_holds_its_options_as_named_now() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        reg = SPINRegressor.load(SAVED / "spin_regressor" / "model", device="cpu")
+        assert reg.model_options == {
+            "d_embedding": 8,
+            "n_heads": 2,
+            "dropout": 0.0,
+            "n_blocks": 1,
+            "n_inducing": 4,
+        }
+        clone(reg)._configs()  # refitting it says nothing either
+        auto = TableClassifier.load(SAVED / "table_classifier_auto" / "model", device="cpu")
+        assert auto.model_options["spin"] == {"n_blocks": 1, "n_inducing": 3}
+
+
+def test_genotype_run_fingerprint_is_the_same_for_either_spelling() -> None:
+    from semiparam.genomics import GenotypeImputer
+
+    old = GenotypeImputer("spin", model_options={"n_layers": 2})._fingerprint_params()
+    new = GenotypeImputer("spin", model_options={"n_blocks": 2})._fingerprint_params()
+    assert old == new and old["model_options"] == {"n_layers": 2}
+
+
+def test_cli_set_takes_an_old_key(tmp_path: Path) -> None:
+    from semiparam.cli.main import main
+
+    rng = np.random.default_rng(0)
+    table = pd.DataFrame({"a": rng.normal(size=30), "b": rng.normal(size=30)})
+    table["y"] = table["a"] - table["b"]
+    table.to_csv(tmp_path / "t.csv", index=False)
+    sets = ["model.d_embedding=8", "model.n_heads=2", "model.n_layers=1", "model.n_inducing_points=3"]
+    sets += ["train.max_steps=2", "train.min_steps=0"]
+    args = ["fit", str(tmp_path / "t.csv"), "--target", "y", "--model", "spin", "--n-estimators", "1"]
+    args += ["--out", str(tmp_path / "run"), "--quiet", *[x for s in sets for x in ("--set", s)]]
+    with pytest.warns(FutureWarning) as record:
+        assert main(args) == 0
+    said = " ".join(str(w.message) for w in record)
+    assert "it is now 'n_blocks'" in said and "it is now 'n_inducing'" in said
+    model_config = json.loads((tmp_path / "run" / "config.json").read_text())["model_config"]
+    assert (model_config["n_blocks"], model_config["n_inducing"]) == (1, 3)
+    assert "n_layers" not in model_config
