@@ -41,7 +41,8 @@ SETTINGS: dict[str, tuple[str, dict[str, Any], str]] = {
     "npt_default": ("npt", {}, "NPTRegressor at its defaults (one member)"),
     "spin_default": ("spin", {}, "SPINRegressor at its defaults (one member)"),
     "npt_pretrained": ("npt", {"init": "pretrained"},
-        "the prior-fitted NPT, zero-shot (NPTRegressor(init='pretrained') at its default views; nothing trained)"),
+        "the prior-fitted NPT, zero-shot (NPTRegressor(init='pretrained') at its default views; "
+        "nothing trained)"),
     "npt_lookup_pairs": ("npt", {"train_options": {"lookup_pairs": 0.3}},
         "NPT at its defaults with 30% of each step's rows made lookup pairs (a row and a copy of it "
         "shown whole, both given a random row's label; TrainConfig.lookup_pairs)"),
