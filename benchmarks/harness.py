@@ -36,20 +36,19 @@ import hashlib
 import json
 import math
 import os
-import platform
-import re
 import resource
 import shlex
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+from semiparam.bench.measure import machine_info
+from semiparam.bench.measure import measure as measure  # the package's one probe, for the scripts
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
@@ -89,26 +88,10 @@ def code() -> dict[str, Any]:
 
 @cache
 def machine() -> dict[str, Any]:
-    """CPU, cores, memory, GPU and library versions: the context every timing needs."""
-    info: dict[str, Any] = {"platform": platform.platform(), "python": platform.python_version()}
-    try:
-        found = re.search(r"model name\s*:\s*(.+)", Path("/proc/cpuinfo").read_text())
-        info["cpu"] = found.group(1).strip() if found else platform.processor()
-    except OSError:
-        info["cpu"] = platform.processor()
+    """CPU, cores, memory, GPU and library versions (``semiparam.bench.measure.machine_info``, plus
+    the cores this process may use and the GPU): the context every timing needs."""
+    info = machine_info()
     info["cores"] = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    try:
-        found = re.search(r"MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text())
-        info["memory_gb"] = round(int(found.group(1)) / 2**20, 1) if found else None
-    except OSError:
-        info["memory_gb"] = None
-    versions = {}
-    for module in ("semiparam", "torch", "numpy", "sklearn", "xgboost", "lightgbm", "catboost"):
-        try:
-            versions[module] = str(__import__(module).__version__)
-        except Exception:  # noqa: BLE001 - an optional package may be absent or broken
-            versions[module] = None
-    info["versions"] = versions
     try:
         import torch
 
@@ -214,39 +197,6 @@ class Records:
 
 
 # -- measuring ---------------------------------------------------------------------------------
-
-
-@dataclass
-class Measurement:
-    seconds: float = 0.0
-    cpu_seconds: float = 0.0  # CPU time of the process, all threads
-    peak_rss_mb: float = float("nan")  # high-water mark of the block (Linux), else of the process
-
-
-def _hwm_kb() -> int | None:
-    try:
-        found = re.search(r"^VmHWM:\s+(\d+)", Path("/proc/self/status").read_text(), re.MULTILINE)
-    except OSError:
-        return None
-    return int(found.group(1)) if found else None
-
-
-@contextmanager
-def measure() -> Iterator[Measurement]:
-    """``with measure() as m: ...`` fills wall and CPU seconds and the block's peak memory."""
-    m = Measurement()
-    try:
-        Path("/proc/self/clear_refs").write_text("5")  # reset the high-water mark to the current RSS
-    except OSError:
-        pass
-    wall, cpu = time.perf_counter(), time.process_time()
-    try:
-        yield m
-    finally:
-        m.seconds = time.perf_counter() - wall
-        m.cpu_seconds = time.process_time() - cpu
-        kb = _hwm_kb() or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        m.peak_rss_mb = kb / 1024
 
 
 def run_cell(

@@ -116,7 +116,8 @@ def main(argv: list[str] | None = None) -> None:
         ledger = {"seconds_by_device": run.seconds_by_device, "evaluations": run.evaluations}
     else:
         module, steps, ledger = pretraining.checkpointed_model(a.checkpoint_dir)
-    machine = h.machine()["cpu"] + (f", {h.machine()['gpu']}" if h.machine().get("gpu") else "")
+    m = h.machine()
+    machine = m["cpu"] + (f", {m['gpu']}" if m.get("gpu") else "")
     card = pretraining.export_weights(
         module, steps, ledger, command, h.code()["commit"], machine=machine, cooldown_steps=a.cooldown
     )
