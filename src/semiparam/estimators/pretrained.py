@@ -46,8 +46,8 @@ from ..training.pretrain import (
 from .learner import FORMAT_VERSION, PRIOR_FITTED_FORMAT, json_default
 
 WEIGHTS = "npt_prior"
-# views averaged by default: 8 measured better than 4 and no worse than 16 over the development
-# suite's tables and splits (``benchmarks/pretrained_eval.py --views N``), at twice 4's seconds
+# views averaged by default; ``benchmarks/pretrained_eval.py --views N`` sets another count beside
+# it over the development suite (results/pretrained/views4/: 4 views with the shipped weights)
 N_ENSEMBLE = 8
 # NOTE[DIFF]: each view reads at most this many context rows, a random sample of its own (the views
 # together read more of a large table): the model was meta-trained on tables of at most a few
