@@ -33,8 +33,8 @@ def test_scores_give_absent_classes_no_mass_and_keep_the_log_loss_finite() -> No
 
 def test_baselines_are_keyed_on_their_library_and_neural_runs_on_their_arguments() -> None:
     args = argparse.Namespace(seed=0, max_steps=500, device="cpu", time_budget=None)
-    cat = pc.settings_of("catboost", 4000, args)
-    assert set(cat) == {"model", "context", "seed", "catboost"}
+    hgb = pc.settings_of("hgb", 4000, args)  # scikit-learn is a core requirement; catboost an extra
+    assert set(hgb) == {"model", "context", "seed", "sklearn"}
     spin = pc.settings_of("spin", 4000, args)["estimator"]
     assert spin["train_options"]["max_context_rows"] == 4000 and spin["max_steps"] == 500
     assert spin["model_options"]["predictor_aba"] == 1
