@@ -215,7 +215,7 @@ def test_tnpd_equals_the_joint_masked_pass_of_a_torch_transformer(tnpd) -> None:
             theirs.norm1.load_state_dict(ours.norm_attention.state_dict())
             theirs.norm2.load_state_dict(ours.norm_ff.state_dict())
             theirs.linear1.load_state_dict(ours.ff[0].state_dict())
-            theirs.linear2.load_state_dict(ours.ff[2].state_dict())
+            theirs.linear2.load_state_dict(ours.ff[3].state_dict())
         layers.append(theirs.eval())
     b = _sampler(8, min_ctx=7, max_ctx=7, min_tgt=5, max_tgt=5).sample(3)
     m, n = 7, 5

@@ -97,7 +97,7 @@ def test_readout_inducing_is_the_papers_form_and_context_reads_back() -> None:
         CIPNP(readout="both", **TINY)
     with pytest.raises(ConfigError, match="readback_ff"):
         CIPNP(readback_ff=-1, **TINY)
-    assert not hasattr(ours.cross_path.set_encoder.readback, "ff")  # default: attention and residual only
+    assert ours.cross_path.set_encoder.readback.ff is None  # default: attention and residual only
     full = CIPNP(readback_ff=4, **TINY).fit(GPTaskSampler(min_ctx=8, max_ctx=9), max_steps=1).module_
     assert full.cross_path.set_encoder.readback.ff[0].out_features == 4 * 16
     # located: targets attend to the h inducing points, keyed by where each one looks

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .._config import ConfigError
-from .np_base import CrossAttentionPath, NeuralProcess, NPConfig, PoolingPath, SelfAttentionSetEncoder
+from .np_base import NeuralProcess, NPConfig, self_attention_paths
 
 
 @dataclass(frozen=True)
@@ -30,10 +30,4 @@ class ANPModule(NeuralProcess):
     """ANP: self-attention set encoders, latent pooled path."""
 
     def __init__(self, config: ANPConfig) -> None:
-        w, heads = config.d_model, config.n_heads
-        super().__init__(
-            config,
-            CrossAttentionPath(config, SelfAttentionSetEncoder(w, heads), separate_keys=True),
-            PoolingPath(config, SelfAttentionSetEncoder(w, heads), d_out=2 * config.d_latent),
-            d_latent=config.d_latent,
-        )
+        super().__init__(config, *self_attention_paths(config, 2 * config.d_latent), d_latent=config.d_latent)

@@ -1,13 +1,15 @@
-"""The attention-backend, width and memory settings NPT and SPIN share (``nn.backends``)."""
+"""The attention-backend, width and memory settings NPT and SPIN share (``nn.backends``), and the
+attention block both build from their settings (:func:`attention_block`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from .._config import ConfigError, FrozenConfig
+from ..nn.attention import MAB, AttentionScale
 from ..nn.backends import BACKENDS, backend_names, backend_options
 
 S = TypeVar("S", bound="AttentionSettings")
@@ -104,3 +106,39 @@ class AttentionSettings(FrozenConfig):
             "n_features": self.random_features,
         }
         return {"backend": name, "backend_options": backend_options(name, settings)}
+
+
+class BlockSettings(Protocol):
+    """What a table model's config says about each of its attention blocks (NPTConfig, SPINConfig)."""
+
+    @property
+    def dropout(self) -> float: ...
+    @property
+    def attention_dropout(self) -> float: ...
+    @property
+    def attention_scale(self) -> AttentionScale: ...
+    @property
+    def normalize_kv(self) -> bool: ...
+    @property
+    def ff_multiplier(self) -> int: ...
+    def attention_kwargs(self, kind: Literal["row", "column"]) -> dict[str, Any]: ...
+
+
+def attention_block(
+    config: BlockSettings, width: int, n_heads: int, kind: Literal["row", "column"], **options: Any
+) -> MAB:
+    """A :class:`~semiparam.nn.attention.MAB` of a table model: the config's dropout, attention
+    dropout and scale, ``normalize_kv`` and feed-forward multiplier, the backend of ``kind``
+    (:meth:`AttentionSettings.attention_kwargs`), and the block's own ``options`` (``cross``,
+    ``kv_width``)."""
+    return MAB(
+        width,
+        n_heads,
+        dropout=config.dropout,
+        attention_dropout=config.attention_dropout,
+        scale=config.attention_scale,
+        normalize_kv=config.normalize_kv,
+        ff_multiplier=config.ff_multiplier,
+        **config.attention_kwargs(kind),
+        **options,
+    )

@@ -40,20 +40,18 @@ from torch import Tensor, nn
 
 from .._config import ConfigError
 from .np_base import (
-    CrossAttentionPath,
     EncodedContext,
     GaussianDecoder,
     NeuralProcess,
     NPConfig,
     Objective,
-    PoolingPath,
-    SelfAttentionSetEncoder,
     gaussian_log_prob,
     logmeanexp,
     masked_mean,
     mean_over_targets,
     mixture_moments,
     output_std,
+    self_attention_paths,
 )
 
 
@@ -136,13 +134,8 @@ class BANPModule(NeuralProcess):
     config: BANPConfig
 
     def __init__(self, config: BANPConfig) -> None:
-        w, heads = config.d_model, config.n_heads
-        super().__init__(
-            config,
-            CrossAttentionPath(config, SelfAttentionSetEncoder(w, heads), separate_keys=True),
-            PoolingPath(config, SelfAttentionSetEncoder(w, heads), d_out=w),
-            d_latent=None,
-        )
+        w = config.d_model
+        super().__init__(config, *self_attention_paths(config, w), d_latent=None)
         self.decoder = AdaptedGaussianDecoder(config.x_dim, config.y_dim, 2 * w, w)
 
     @property

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .np_base import CrossAttentionPath, NeuralProcess, NPConfig, PoolingPath, SelfAttentionSetEncoder
+from .np_base import NeuralProcess, NPConfig, self_attention_paths
 
 
 @dataclass(frozen=True)
@@ -23,10 +23,4 @@ class CANPModule(NeuralProcess):
     """CANP: self-attention set encoders in both paths, deterministic pooled summary."""
 
     def __init__(self, config: CANPConfig) -> None:
-        w, heads = config.d_model, config.n_heads
-        super().__init__(
-            config,
-            CrossAttentionPath(config, SelfAttentionSetEncoder(w, heads), separate_keys=True),
-            PoolingPath(config, SelfAttentionSetEncoder(w, heads), d_out=w),
-            d_latent=None,
-        )
+        super().__init__(config, *self_attention_paths(config, config.d_model), d_latent=None)

@@ -55,14 +55,14 @@ import torch
 from torch import Tensor, nn
 
 from .._config import ConfigError
-from ..nn.attention import MAB, MultiheadAttention
+from ..nn.attention import InducedSetAttention, InducingPointAttention
 from .np_base import (
     CrossAttentionPath,
     CrossContext,
-    InducingPointSetEncoder,
     NeuralProcess,
     NPConfig,
     PoolingPath,
+    inducing_point_encoder,
     key_padding_mask,
     mlp,
 )
@@ -124,61 +124,18 @@ def _inducing(config: CIPNPConfig) -> int:
     return config.n_inducing
 
 
-class CrossAttentionResidual(nn.Module):
-    """A read-back without feed-forward: ``residual(x) + Attention(LN(x), LN(y))``, the first half
-    of a cross-attention :class:`MAB` (``readback_ff=0``)."""
-
-    def __init__(self, width: int, n_heads: int) -> None:
-        super().__init__()
-        self.norm_q = nn.LayerNorm(width, eps=1e-12)
-        self.norm_kv = nn.LayerNorm(width, eps=1e-12)
-        self.attention = MultiheadAttention(width, n_heads)
-        self.residual = nn.Linear(width, width)
-
-    def forward(self, x: Tensor, y: Tensor) -> Tensor:
-        return self.residual(x) + self.attention(self.norm_q(x), self.norm_kv(y))
-
-
-class InducedContextEncoder(nn.Module):
-    """XABD, then the context points read back from the inducing points: ``(B, m, w) -> (B, m, w)``.
-
-    ``H = MAB(H_D, D)`` (h inducing points attend to the m context points), then
-    ``D' = MAB(D, H)`` (each context point attends to the h summaries); O(m h) both. The read-back
-    block's feed-forward has ``ff_multiplier`` x w hidden units (0: no feed-forward, the cheapest
-    per context point). The output keeps the context's padding mask. NOTE[DIFF]: see the module
-    docstring (``readout``)."""
-
-    def __init__(self, width: int, n_heads: int, n_inducing: int, ff_multiplier: int = 4) -> None:
-        super().__init__()
-        self.inducing = InducingPointSetEncoder(width, n_heads, n_inducing)
-        self.readback: nn.Module = (
-            MAB(width, n_heads, dropout=0.0, cross=True, ff_multiplier=ff_multiplier)
-            if ff_multiplier > 0
-            else CrossAttentionResidual(width, n_heads)
-        )
-
-    def forward(self, tokens: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor | None, Tensor]:
-        """``(D', mask, H)``: the read-back ``(B, m, w)``, its mask and the summaries ``(B, h, w)``."""
-        summaries, _ = self.inducing(tokens, mask)  # (B, h, w)
-        return self.readback(tokens, summaries), mask, summaries
-
-
 class InducedContextPath(CrossAttentionPath):
-    """``readout="context"``: the targets attend to the m context points read back from the inducing
-    points (:class:`InducedContextEncoder`), keys MLP(x_c); the inducing points' summaries are kept
-    for a shared pooled summary."""
+    """``readout="context"``: XABD, then the context points read back from the inducing points
+    (:class:`~semiparam.nn.attention.InducedSetAttention`, ISAB: ``H = MAB(H_D, D)``, then
+    ``D' = MAB(D, H)``, O(m h) both); the targets attend to the m read-back points with keys
+    MLP(x_c). The read-back block's feed-forward has ``readback_ff`` x w hidden units (0: none,
+    the cheapest per context point). The inducing points' summaries are kept for a shared pooled
+    summary. NOTE[DIFF]: see the module docstring (``readout``)."""
 
     def __init__(self, config: CIPNPConfig) -> None:
         w, heads, h = config.d_model, config.n_heads, _inducing(config)
-        encoder = InducedContextEncoder(w, heads, h, config.readback_ff)
+        encoder = InducedSetAttention(w, heads, h, readback_ff_multiplier=config.readback_ff, dropout=0.0)
         super().__init__(config, encoder, separate_keys=True)
-
-    def encode(self, context_x: Tensor, context_y: Tensor, context_mask: Tensor | None) -> CrossContext:
-        encoder = self.set_encoder
-        assert isinstance(encoder, InducedContextEncoder) and self.key_mlp is not None
-        tokens = self.value_mlp(torch.cat([context_x, context_y], dim=-1))  # (B, m, w)
-        values, mask, summaries = encoder(tokens, context_mask)
-        return CrossContext(self.key_mlp(context_x), values, mask, summaries)
 
 
 class LocatedInducingPath(CrossAttentionPath):
@@ -192,11 +149,11 @@ class LocatedInducingPath(CrossAttentionPath):
 
     def __init__(self, config: CIPNPConfig) -> None:
         w, heads, h = config.d_model, config.n_heads, _inducing(config)
-        super().__init__(config, InducingPointSetEncoder(w, heads, h), separate_keys=True)
+        super().__init__(config, inducing_point_encoder(w, heads, h), separate_keys=True)
 
     def encode(self, context_x: Tensor, context_y: Tensor, context_mask: Tensor | None) -> CrossContext:
         encoder = self.set_encoder
-        assert isinstance(encoder, InducingPointSetEncoder) and self.key_mlp is not None
+        assert isinstance(encoder, InducingPointAttention) and self.key_mlp is not None
         mab, attention = encoder.mab, encoder.mab.attention
         tokens = self.value_mlp(torch.cat([context_x, context_y], dim=-1))  # (B, m, w)
         b, m, _ = tokens.shape
@@ -219,7 +176,7 @@ class LocatedInducingPath(CrossAttentionPath):
 def _cross_path(config: CIPNPConfig) -> CrossAttentionPath:
     w, heads, h = config.d_model, config.n_heads, _inducing(config)
     if config.readout == "inducing":  # the paper: keys = values = the h inducing points
-        return CrossAttentionPath(config, InducingPointSetEncoder(w, heads, h), separate_keys=False)
+        return CrossAttentionPath(config, inducing_point_encoder(w, heads, h), separate_keys=False)
     if config.readout == "located":
         return LocatedInducingPath(config)
     return InducedContextPath(config)
@@ -250,7 +207,7 @@ class CIPNPModule(NeuralProcess):
         pool = (
             InducingSummaryPool(w)
             if config.summary_encoder == "shared"
-            else PoolingPath(config, InducingPointSetEncoder(w, heads, h), d_out=w)
+            else PoolingPath(config, inducing_point_encoder(w, heads, h), d_out=w)
         )
         super().__init__(config, cross, pool, d_latent=None)
 
@@ -270,6 +227,6 @@ class IPNPModule(NeuralProcess):
         super().__init__(
             config,
             _cross_path(config),
-            PoolingPath(config, InducingPointSetEncoder(w, heads, h), d_out=2 * config.d_latent),
+            PoolingPath(config, inducing_point_encoder(w, heads, h), d_out=2 * config.d_latent),
             d_latent=config.d_latent,
         )

@@ -20,9 +20,10 @@ adaptation layer in the decoder; TNP-D (``tnpd.py``) is a masked transformer tha
 helpers here (``mlp``, ``output_std``, ``gaussian_log_prob``, ...), not the skeleton.
 
 SetEncoder is ``MAB(D, D)`` (self-attention between the context points, O(m^2)) for CANP/ANP and
-``XABD = MAB(H_D, D)`` (h learned inducing points cross-attend to the context, O(m h)) for
-CIPNP/IPNP. Padded context points (``mask`` False) are excluded from every attention and pool, so
-padding never changes a prediction.
+``XABD = MAB(H_D, D)`` (h learned inducing points cross-attend to the context, O(m h),
+:class:`~semiparam.nn.attention.InducingPointAttention`) for CIPNP/IPNP (:func:`encode_set`).
+Padded context points (``mask`` False) are excluded from every attention and pool, so padding
+never changes a prediction.
 
 NOTE[DIFF]: the IPNP reference code uses a Set-Transformer post-LayerNorm MAB (ReLU FF, no bias);
 we reuse the library's pre-LayerNorm MAB (GELU 4x FF, learned residual projection, no dropout) for
@@ -41,7 +42,7 @@ from torch import Tensor, nn
 from torch.distributions import Normal, kl_divergence
 
 from .._config import ConfigError, FrozenConfig
-from ..nn.attention import MAB, MultiheadAttention
+from ..nn.attention import MAB, InducedSetAttention, InducingPointAttention
 
 Objective = Literal["elbo", "iwae"]
 
@@ -128,69 +129,45 @@ def logmeanexp(values: Tensor, dim: int) -> Tensor:
 
 
 class SelfAttentionSetEncoder(nn.Module):
-    """``MAB(D, D)``: self-attention between the m context points, ``(B, m, w) -> (B, m, w)``, O(m^2)."""
+    """``MAB(D, D)``: self-attention between the m context points, ``(B, m, w) -> (B, m, w)``, O(m^2).
+    (A module of its own only for the parameter names of saved models: ``set_encoder.mab.*``.)"""
 
     def __init__(self, width: int, n_heads: int) -> None:
         super().__init__()
         self.mab = MAB(width, n_heads, dropout=0.0)
 
-    def forward(self, tokens: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor | None]:
-        return self.mab(tokens, attn_mask=key_padding_mask(mask)), mask
+    def forward(self, tokens: Tensor, *, attn_mask: Tensor | None = None) -> Tensor:
+        return self.mab(tokens, attn_mask=attn_mask)
 
 
-class InducingPointSetEncoder(nn.Module):
-    """XABD, SPIN's cross-attention between datapoints: h learned inducing points H_D attend to the
-    m context points, ``(B, m, w) -> (B, h, w)``, O(m h). The output has no padding (mask None).
+SetEncoder = SelfAttentionSetEncoder | InducingPointAttention | InducedSetAttention
+
+
+def inducing_point_encoder(width: int, n_heads: int, n_inducing: int) -> InducingPointAttention:
+    """XABD, SPIN's cross-attention between datapoints, as an NP set encoder: h learned inducing
+    points attend to the m context points, ``(B, m, w) -> (B, h, w)``, O(m h), no dropout.
 
     As in the IPNP code, the SPIN encoder here has one XABD block and no per-datapoint latent
-    attributes (no XABA/ABLA): with 1-D x and y a row is only two numbers.
-    """
-
-    def __init__(self, width: int, n_heads: int, n_inducing: int) -> None:
-        super().__init__()
-        self.inducing = nn.Parameter(torch.empty(1, n_inducing, width))  # H_D^0, (1, h, w)
-        nn.init.xavier_uniform_(self.inducing)
-        self.mab = MAB(width, n_heads, dropout=0.0, cross=True)
-
-    def forward(self, tokens: Tensor, mask: Tensor | None) -> tuple[Tensor, None]:
-        queries = self.inducing.expand(tokens.shape[0], -1, -1)  # (B, h, w)
-        return self.mab(queries, tokens, attn_mask=key_padding_mask(mask)), None
+    attributes (no XABA/ABLA): with 1-D x and y a row is only two numbers."""
+    return InducingPointAttention(width, n_heads, n_inducing, dropout=0.0)
 
 
-SetEncoder = SelfAttentionSetEncoder | InducingPointSetEncoder
-
-
-class KeyValueCrossAttention(nn.Module):
-    """Queries attend to a set whose keys and values come from different inputs, as in the ANP's
-    deterministic path (keys = MLP(x_c), values = encoded (x_c, y_c)). Same form as :class:`MAB`:
-    pre-LayerNorm, learned residual projection, 4x GELU feed-forward. Shapes:
-    ``queries (B, n, w)``, ``keys (B, m, w)``, ``values (B, m, w)`` -> ``(B, n, w)``.
-
-    NOTE[DIFF]: Kim et al. 2019 use bare multihead attention here (the BNP code adds a post-LN
-    residual block); we give it the same residual + feed-forward form as the CIPNP's cross-attention
-    MAB so that CANP/ANP and CIPNP/IPNP differ only in their set encoders."""
-
-    def __init__(self, width: int, n_heads: int) -> None:
-        super().__init__()
-        self.n_heads = n_heads
-        self.norm_q = nn.LayerNorm(width, eps=1e-12)
-        self.norm_k = nn.LayerNorm(width, eps=1e-12)
-        self.norm_v = nn.LayerNorm(width, eps=1e-12)
-        self.attention = MultiheadAttention(width, n_heads)
-        self.residual = nn.Linear(width, width)
-        self.norm_ff = nn.LayerNorm(width, eps=1e-12)
-        self.ff = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
-
-    def _heads(self, x: Tensor) -> Tensor:
-        b, m, w = x.shape
-        return x.view(b, m, self.n_heads, w // self.n_heads).transpose(1, 2)  # (B, heads, m, w / heads)
-
-    def forward(self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None) -> Tensor:
-        k = self._heads(self.attention.k(self.norm_k(keys)))
-        v = self._heads(self.attention.v(self.norm_v(values)))
-        attended = self.attention(self.norm_q(queries), prefix_kv=(k, v), attn_mask=key_padding_mask(mask))
-        res = self.residual(queries) + attended
-        return res + self.ff(self.norm_ff(res))
+def encode_set(
+    encoder: SetEncoder, tokens: Tensor, mask: Tensor | None
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """Let the points of a set ``tokens (B, m, w)`` (padding ``mask (B, m)``, True = real) interact:
+    ``(encoded, its mask, summaries)``. Self-attention keeps the m points and their mask; XABD
+    returns its h inducing points (no padding: mask None), which are also the summaries; ISAB
+    returns the m read-back points with their mask and the h summaries. Summaries are None where
+    there are no inducing points."""
+    attn_mask = key_padding_mask(mask)
+    if isinstance(encoder, InducedSetAttention):
+        encoded, summaries = encoder(tokens, attn_mask=attn_mask)
+        return encoded, mask, summaries
+    if isinstance(encoder, InducingPointAttention):
+        summaries = encoder(tokens, attn_mask=attn_mask)  # (B, h, w)
+        return summaries, None, summaries
+    return encoder(tokens, attn_mask=attn_mask), mask, None
 
 
 # ---- the two encoder paths and the decoder -------------------------------------------------------
@@ -213,33 +190,31 @@ class CrossAttentionPath(nn.Module):
 
     ``separate_keys=True`` (CANP/ANP): keys MLP(x_c), values SetEncoder(MLP([x_c, y_c])), m of them.
     ``separate_keys=False`` (CIPNP/IPNP): keys = values = the h inducing points.
-    """
 
-    def __init__(self, config: NPConfig, set_encoder: nn.Module, *, separate_keys: bool) -> None:
+    NOTE[DIFF]: with separate keys, Kim et al. 2019 use bare multihead attention here (the BNP code
+    adds a post-LN residual block); we use the same pre-LN residual + feed-forward :class:`MAB` as
+    the CIPNP's cross-attention (with keys and values from two inputs), so that CANP/ANP and
+    CIPNP/IPNP differ only in their set encoders."""
+
+    def __init__(self, config: NPConfig, set_encoder: SetEncoder, *, separate_keys: bool) -> None:
         super().__init__()
         w = config.d_model
         self.query_mlp = mlp(config.x_dim, w, w)
         self.value_mlp = mlp(config.x_dim + config.y_dim, w, w)
         self.key_mlp = mlp(config.x_dim, w, w) if separate_keys else None
         self.set_encoder = set_encoder
-        self.attend: nn.Module = (
-            KeyValueCrossAttention(w, config.n_heads)
-            if separate_keys
-            else MAB(w, config.n_heads, dropout=0.0, cross=True)
-        )
+        self.attend = MAB(w, config.n_heads, dropout=0.0, cross=True, separate_values=separate_keys)
 
     def encode(self, context_x: Tensor, context_y: Tensor, context_mask: Tensor | None) -> CrossContext:
         tokens = self.value_mlp(torch.cat([context_x, context_y], dim=-1))  # (B, m, w)
-        values, mask = self.set_encoder(tokens, context_mask)  # (B, m, w) or (B, h, w)
+        values, mask, summaries = encode_set(self.set_encoder, tokens, context_mask)  # (B, m or h, w)
         keys = values if self.key_mlp is None else self.key_mlp(context_x)
-        summaries = values if isinstance(self.set_encoder, InducingPointSetEncoder) else None
         return CrossContext(keys, values, mask, summaries)
 
     def forward(self, context: CrossContext, target_x: Tensor) -> Tensor:
         queries = self.query_mlp(target_x)  # (B, n, w)
-        if self.key_mlp is None:
-            return self.attend(queries, context.values, attn_mask=key_padding_mask(context.mask))
-        return self.attend(queries, context.keys, context.values, context.mask)
+        values = None if self.key_mlp is None else context.values  # else keys = values
+        return self.attend(queries, context.keys, values=values, attn_mask=key_padding_mask(context.mask))
 
 
 class PoolingPath(nn.Module):
@@ -255,7 +230,7 @@ class PoolingPath(nn.Module):
         self.output_mlp = mlp(w, w, d_out)
 
     def forward(self, x: Tensor, y: Tensor, mask: Tensor | None) -> Tensor:
-        tokens, token_mask = self.set_encoder(self.input_mlp(torch.cat([x, y], dim=-1)), mask)
+        tokens, token_mask, _ = encode_set(self.set_encoder, self.input_mlp(torch.cat([x, y], dim=-1)), mask)
         return self.output_mlp(masked_mean(tokens, token_mask))  # (B, d_out)
 
 
@@ -270,6 +245,15 @@ class GaussianDecoder(nn.Module):
         out = self.net(torch.cat([target_x, representation], dim=-1))  # (..., n, 2 y_dim)
         mean, raw_std = out.chunk(2, dim=-1)
         return mean, output_std(raw_std)
+
+
+def self_attention_paths(config: NPConfig, d_pool: int) -> tuple[CrossAttentionPath, PoolingPath]:
+    """The two paths of the attentive NPs (CANP, ANP, BANP), each with a self-attention set
+    encoder: the cross-attention path (keys MLP(x_c)) and a pooling path of ``d_pool`` outputs.
+    Built in this order, the order of their initialisation draws."""
+    w, heads = config.d_model, config.n_heads
+    cross = CrossAttentionPath(config, SelfAttentionSetEncoder(w, heads), separate_keys=True)
+    return cross, PoolingPath(config, SelfAttentionSetEncoder(w, heads), d_out=d_pool)
 
 
 # ---- the model -----------------------------------------------------------------------------------

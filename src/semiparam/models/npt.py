@@ -24,9 +24,9 @@ import torch
 from torch import Tensor, nn
 
 from .._config import ConfigError
-from ..nn.attention import MAB, run_block
+from ..nn.attention import run_block
 from ..nn.columns import ColumnLayout, ColumnOutputs
-from .attention_settings import AttentionSettings
+from .attention_settings import AttentionSettings, attention_block
 from .input_settings import InputSettings
 
 
@@ -137,17 +137,7 @@ class AttentionBetweenDatapoints(nn.Module):
 
     def __init__(self, config: NPTConfig, n_columns: int) -> None:
         super().__init__()
-        width = n_columns * config.d_embedding
-        self.mab = MAB(
-            width,
-            config.n_heads,
-            dropout=config.dropout,
-            attention_dropout=config.attention_dropout,
-            scale=config.attention_scale,
-            normalize_kv=config.normalize_kv,
-            ff_multiplier=config.ff_multiplier,
-            **config.attention_kwargs("row"),
-        )
+        self.mab = attention_block(config, n_columns * config.d_embedding, config.n_heads, "row")
 
     def forward(self, h: Tensor, attn_mask: Tensor | None = None) -> Tensor:
         n, d, e = h.shape
@@ -170,16 +160,8 @@ class AttentionBetweenAttributes(nn.Module):
 
     def __init__(self, config: NPTConfig) -> None:
         super().__init__()
-        self.mab = MAB(
-            config.d_embedding,
-            config.column_head_count(config.n_heads),
-            dropout=config.dropout,
-            attention_dropout=config.attention_dropout,
-            scale=config.attention_scale,
-            normalize_kv=config.normalize_kv,
-            ff_multiplier=config.ff_multiplier,
-            **config.attention_kwargs("column"),
-        )
+        heads = config.column_head_count(config.n_heads)
+        self.mab = attention_block(config, config.d_embedding, heads, "column")
 
     def forward(self, h: Tensor) -> Tensor:
         return self.mab(h)  # batch = rows, sequence = attributes

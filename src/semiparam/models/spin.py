@@ -37,10 +37,10 @@ import torch
 from torch import Tensor, nn
 
 from .._config import ConfigError
-from ..nn.attention import MAB, run_block
+from ..nn.attention import run_block
 from ..nn.columns import ColumnLayout, ColumnOutputs
 from ..nn.streaming import StreamingCrossAttention
-from .attention_settings import AttentionSettings
+from .attention_settings import AttentionSettings, attention_block
 from .input_settings import InputSettings
 
 
@@ -187,18 +187,10 @@ class SPINLayer(nn.Module):
     def __init__(self, config: SPINConfig, n_latents: int, *, with_abla: bool) -> None:
         super().__init__()
         e = config.d_embedding
-        common: dict[str, Any] = dict(
-            dropout=config.dropout,
-            attention_dropout=config.attention_dropout,
-            scale=config.attention_scale,
-            normalize_kv=config.normalize_kv,
-            ff_multiplier=config.ff_multiplier,
-        )
-        rows, columns = config.attention_kwargs("row"), config.attention_kwargs("column")
         cells = config.column_head_count(config.n_heads)  # XABA and ABLA attend within a row
-        self.xaba = MAB(e, cells, cross=True, **common, **columns) if config.use_xaba else None
-        self.xabd = MAB(n_latents * e, config.n_heads, cross=True, **common, **rows)
-        self.abla = MAB(e, cells, **common, **columns) if with_abla else None
+        self.xaba = attention_block(config, e, cells, "column", cross=True) if config.use_xaba else None
+        self.xabd = attention_block(config, n_latents * e, config.n_heads, "row", cross=True)
+        self.abla = attention_block(config, e, cells, "column") if with_abla else None
 
     def rows_before_xabd(self, h_a: Tensor, d_emb: Tensor) -> Tensor:
         """XABA: ``H_A (n, f, e)`` attends to the row's own cells ``D (n, d, e)``; batch = rows."""
@@ -257,30 +249,12 @@ class SPIN(nn.Module):
         )
         # Optional attention between the attributes of each query row before the predictor.
         self.query_aba = nn.ModuleList(
-            MAB(
-                e,
-                config.column_head_count(config.n_heads),
-                dropout=config.dropout,
-                attention_dropout=config.attention_dropout,
-                scale=config.attention_scale,
-                normalize_kv=config.normalize_kv,
-                ff_multiplier=config.ff_multiplier,
-                **config.attention_kwargs("column"),
-            )
+            attention_block(config, e, config.column_head_count(config.n_heads), "column")
             for _ in range(config.predictor_aba)
         )
         # Predictor: query rows (width d*e) cross-attend to the inducing points (width f*e).
-        self.predictor = MAB(
-            d * e,
-            config.n_heads,
-            dropout=config.dropout,
-            attention_dropout=config.attention_dropout,
-            scale=config.attention_scale,
-            normalize_kv=config.normalize_kv,
-            ff_multiplier=config.ff_multiplier,
-            cross=True,
-            kv_width=self.n_latents * e,
-            **config.attention_kwargs("column"),
+        self.predictor = attention_block(
+            config, d * e, config.n_heads, "column", cross=True, kv_width=self.n_latents * e
         )
         self.heads = config.output_heads(
             layout, e, dropout=config.dropout, gaussian_head=config.gaussian_head
@@ -409,12 +383,9 @@ class SPIN(nn.Module):
     def attention_to_inducing_points(self, values: Tensor, hidden: Tensor, state: Tensor) -> Tensor:
         """Predictor attention of each query row over the h inducing points, averaged over heads:
         ``(b, h)``, rows summing to 1 (the paper's appendix A.8 maps)."""
-        d_emb = self._embed(values, hidden)
-        q = self.predictor.query_heads(self._query_tokens(d_emb))  # (1, heads, b, w / heads)
         state = state.to(self.inducing_points.device, self.inducing_points.dtype)
-        k, _ = self.predictor.context_kv(state)  # (1, heads, h, w / heads)
-        scores = torch.matmul(q, k.transpose(-1, -2)) * self.predictor.attention.scale
-        return torch.softmax(scores, dim=-1).mean(dim=1)[0]  # (b, h)
+        weights = self.predictor.weights(self._query_tokens(self._embed(values, hidden)), state)
+        return weights.mean(dim=1)[0]  # (1, heads, b, h) -> (b, h)
 
     @torch.no_grad()
     def attention_maps(

@@ -10,7 +10,7 @@ targets and do not change with the other targets. A small MLP head maps each tar
 mean and std of a Gaussian::
 
     tokens      h_c = Embed([x_c, y_c]) (B, m, w),   h_t = Embed([x_t, 0]) (B, n, w)
-    layer l     [h_c, h_t] <- PostNormLayer(queries [h_c, h_t], keys/values h_c)    l = 1..L
+    layer l     [h_c, h_t] <- MAB_post(queries [h_c, h_t], keys/values h_c)    l = 1..L
     head        mu, sigma = MLP(h_t), sigma = 0.1 + 0.9 softplus
 
 Because targets never serve as keys, the joint masked pass over m + n tokens is computed exactly
@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from .._config import ConfigError
-from ..nn.attention import MultiheadAttention
+from ..nn.attention import MAB
 from .np_base import (
     NPConfig,
     Objective,
@@ -61,27 +61,25 @@ class TNPDConfig(NPConfig):
                 raise ConfigError(f"TNPDConfig.{name} must be >= 1, got {getattr(self, name)}")
 
 
-class TransformerLayer(nn.Module):
+def transformer_layer(width: int, n_heads: int, d_feedforward: int) -> MAB:
     """A post-LayerNorm transformer encoder layer (PyTorch's ``TransformerEncoderLayer`` with ReLU,
     no dropout) whose queries attend to a separate set of keys/values::
 
         h = LN(q + MHA(q, kv, kv)),   out = LN(h + Linear(ReLU(Linear(h))))
 
-    ``queries (B, k, w)``, ``keys_values (B, m, w)``, ``mask (B, m)`` (True = real) -> ``(B, k, w)``.
+    called as ``layer(queries (B, k, w), keys_values (B, m, w), attn_mask=key mask)`` -> ``(B, k, w)``.
     """
-
-    def __init__(self, width: int, n_heads: int, d_feedforward: int) -> None:
-        super().__init__()
-        # 1 / sqrt(width / heads) scaling, as torch.nn.MultiheadAttention
-        self.attention = MultiheadAttention(width, n_heads, scale="per_head")
-        self.norm_attention = nn.LayerNorm(width)
-        self.ff = nn.Sequential(nn.Linear(width, d_feedforward), nn.ReLU(), nn.Linear(d_feedforward, width))
-        self.norm_ff = nn.LayerNorm(width)
-
-    def forward(self, queries: Tensor, keys_values: Tensor, mask: Tensor | None) -> Tensor:
-        attended = self.attention(queries, keys_values, attn_mask=key_padding_mask(mask))
-        h = self.norm_attention(queries + attended)
-        return self.norm_ff(h + self.ff(h))
+    return MAB(
+        width,
+        n_heads,
+        norm="post",
+        residual_projection=False,
+        activation="relu",
+        d_feedforward=d_feedforward,
+        dropout=0.0,
+        scale="per_head",  # 1 / sqrt(width / heads), as torch.nn.MultiheadAttention
+        layer_norm_eps=1e-5,  # torch.nn.LayerNorm's default
+    )
 
 
 class TNPDModule(nn.Module):
@@ -95,7 +93,7 @@ class TNPDModule(nn.Module):
         w = config.d_model
         self.embedder = mlp(config.x_dim + config.y_dim, w, w, n_hidden=_EMBED_HIDDEN)
         self.layers = nn.ModuleList(
-            TransformerLayer(w, config.n_heads, config.d_feedforward) for _ in range(config.n_blocks)
+            transformer_layer(w, config.n_heads, config.d_feedforward) for _ in range(config.n_blocks)
         )
         self.head = mlp(w, config.d_feedforward, 2 * config.y_dim)
 
@@ -116,10 +114,11 @@ class TNPDModule(nn.Module):
         empty_y = target_x.new_zeros(*target_x.shape[:-1], self.config.y_dim)
         targets = self.embedder(torch.cat([target_x, empty_y], dim=-1))  # (B, n, w)
         tokens = torch.cat([context, targets], dim=1)  # (B, m + n, w)
+        keys = key_padding_mask(context_mask)
         for layer in self.layers[:-1]:
-            tokens = layer(tokens, tokens[:, :m], context_mask)  # every token attends to the context
+            tokens = layer(tokens, tokens[:, :m], attn_mask=keys)  # every token attends to the context
         # the last layer's context outputs feed nothing: only the targets query it
-        targets = self.layers[-1](tokens[:, m:], tokens[:, :m], context_mask)  # (B, n, w)
+        targets = self.layers[-1](tokens[:, m:], tokens[:, :m], attn_mask=keys)  # (B, n, w)
         mean, raw_std = self.head(targets).chunk(2, dim=-1)
         # NOTE[DIFF]: the reference code's GP runs use std = exp(raw) (its bound_std option, off
         # there, gives 0.05 + 0.95 softplus); we bound the std as every NP here does, 0.1 + 0.9

@@ -1,12 +1,21 @@
-"""The one attention primitive of the library and the block built on it.
+"""The one attention primitive of the library and the one block family built on it.
 
-Everything that attends -- attention between datapoints (ABD), between attributes (ABA), and the
-inducing-point cross-attention of SPIN (XABD/XABA) -- is a :class:`MAB` (multihead attention block)
-called as ``mab(queries, keys_values)``. The block is the pre-LayerNorm variant of the NPT paper
-(Kossen et al. 2021, section 2.3 and appendix C.2.1)::
+Everything that attends -- attention between datapoints (ABD), between attributes (ABA), the
+inducing-point cross-attention of SPIN and the IPNPs (XABD/XABA), the attentive neural processes'
+set encoders and cross-attention, TNP-D's transformer layers -- is a :class:`MAB` (multihead
+attention block) called as ``mab(queries, keys_values)``. By default the block is the pre-LayerNorm
+variant of the NPT paper (Kossen et al. 2021, section 2.3 and appendix C.2.1)::
 
     Res(H) = H W_res + Dropout(MHAtt(LN(H), LN(Y)))        # learned projection on the residual
     MAB(H) = Res(H) + rFF(LN(Res(H)))                       # rFF = Linear(4w) GELU Dropout Linear Dropout
+
+and its options give the other forms the models need: ``norm="post"`` (the original transformer's
+``LN(H + MHAtt(H, Y))``, then ``LN(. + rFF(.))``), ``residual_projection=False`` (an identity
+residual), ``activation="relu"``, ``ff_multiplier=0`` (no feed-forward: attention and residual
+only), ``separate_values=True`` (keys and values from two inputs, each with its LayerNorm).
+:class:`InducingPointAttention` (XABD: h learned inducing points attend to a set) and
+:class:`InducedSetAttention` (the Set Transformer's ISAB: XABD, then the set reads back from the
+inducing points) are built from it.
 
 Attention itself is computed by an attention backend (``nn.backends``): by default PyTorch's
 :func:`torch.nn.functional.scaled_dot_product_attention`, which picks a memory-efficient kernel
@@ -29,6 +38,9 @@ from .backends import AttentionBackend, make_backend, paired_weights
 from .dropout import Dropout, replaying
 
 AttentionScale = Literal["full", "per_head"]
+NormPlacement = Literal["pre", "post"]
+Activation = Literal["gelu", "relu"]
+_ACTIVATIONS: dict[str, type[nn.Module]] = {"gelu": nn.GELU, "relu": nn.ReLU}
 
 
 def attention_scale(width: int, n_heads: int, scale: AttentionScale) -> float:
@@ -104,9 +116,11 @@ class MultiheadAttention(nn.Module):
         b, n, _ = x.shape
         return x.view(b, n, self.n_heads, self.width // self.n_heads).transpose(1, 2)
 
-    def project_kv(self, kv_input: Tensor) -> tuple[Tensor, Tensor]:
-        """Keys and values of ``kv_input`` (B, n_kv, w_kv), each (B, heads, n_kv, w / heads)."""
-        return self._split(self.k(kv_input)), self._split(self.v(kv_input))
+    def project_kv(self, kv_input: Tensor, v_input: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Keys and values of ``kv_input`` (B, n_kv, w_kv), each (B, heads, n_kv, w / heads); the
+        values of ``v_input`` instead where given (keys and values from two inputs)."""
+        values = kv_input if v_input is None else v_input
+        return self._split(self.k(kv_input)), self._split(self.v(values))
 
     def project_q(self, q_input: Tensor) -> Tensor:
         """Queries of ``q_input`` (B, n_q, w), split into heads: (B, heads, n_q, w / heads)."""
@@ -123,6 +137,7 @@ class MultiheadAttention(nn.Module):
         kv_input: Tensor | None = None,
         *,
         prefix_kv: tuple[Tensor, Tensor] | None = None,
+        v_input: Tensor | None = None,
         attn_mask: Tensor | None = None,
         paired: bool = False,
     ) -> Tensor:
@@ -131,19 +146,20 @@ class MultiheadAttention(nn.Module):
         ``prefix_kv`` lets cached keys/values of a context set (from :meth:`project_kv`) be reused
         across calls; ``attn_mask`` (bool, True = may attend) is over the concatenated keys.
         ``paired=True``: query i attends to the prefix and to row i of ``kv_input`` only.
+        ``v_input``: the values come from it, the keys from ``kv_input`` (same length).
         """
         q = self._split(self.q(q_input))
         if paired:
             if prefix_kv is None or kv_input is None:
                 raise ValueError("paired attention needs prefix_kv and kv_input")
-            return self.out(self._paired(q, prefix_kv, *self.project_kv(kv_input)))
+            return self.out(self._paired(q, prefix_kv, *self.project_kv(kv_input, v_input)))
         keys: list[Tensor] = []
         values: list[Tensor] = []
         if prefix_kv is not None:
             keys.append(prefix_kv[0])
             values.append(prefix_kv[1])
         if kv_input is not None:
-            k, v = self.project_kv(kv_input)
+            k, v = self.project_kv(kv_input, v_input)
             keys.append(k)
             values.append(v)
         if not keys:
@@ -188,13 +204,23 @@ class MultiheadAttention(nn.Module):
 
 
 class MAB(nn.Module):
-    """Multihead attention block, pre-LayerNorm, with the NPT paper's learned residual projection.
+    """Multihead attention block; by default pre-LayerNorm with the NPT paper's learned residual
+    projection (module docstring).
 
     ``mab(x)`` is self-attention; ``mab(x, y)`` is cross-attention from ``x`` to ``y`` (then the
     keys/values get their own LayerNorm). Shapes: ``x (B, n_q, w)``, ``y (B, n_kv, w)``.
 
-    ``normalize_kv=False`` reproduces a quirk of the NPT reference code, where only the queries
-    come from LN(H) and keys/values from the raw H; the paper (and our default) normalises all three.
+    Options (one block for every form the models use):
+
+    - ``normalize_kv=False`` reproduces a quirk of the NPT reference code, where only the queries
+      come from LN(H) and keys/values from the raw H; the paper (and our default) normalises all three.
+    - ``norm="post"``: ``LN(H + MHAtt(H, Y))`` then ``LN(. + rFF(.))``, nothing normalised before
+      the attention (the original transformer, PyTorch's ``TransformerEncoderLayer``; TNP-D).
+    - ``residual_projection=False``: the residual is ``H`` itself, not ``H W_res``.
+    - ``ff_multiplier`` (or ``d_feedforward``, the hidden width itself) 0: no feed-forward, the block
+      is its attention and residual only; ``activation``: the feed-forward's, ``"gelu"`` or ``"relu"``.
+    - ``separate_values=True`` (a cross block): ``mab(x, keys, values=v)`` takes the keys and the
+      values from two inputs, each with its LayerNorm (the attentive NPs' keys MLP(x_c)).
     """
 
     def __init__(
@@ -208,6 +234,11 @@ class MAB(nn.Module):
         normalize_kv: bool = True,
         cross: bool = False,
         ff_multiplier: int = 4,
+        d_feedforward: int | None = None,
+        activation: Activation = "gelu",
+        norm: NormPlacement = "pre",
+        residual_projection: bool = True,
+        separate_values: bool = False,
         layer_norm_eps: float = 1e-12,
         kv_width: int | None = None,
         backend: str = "sdpa",
@@ -216,10 +247,22 @@ class MAB(nn.Module):
         super().__init__()
         if kv_width is not None and kv_width != width and not cross:
             raise ValueError(f"kv_width {kv_width} != width {width} needs a cross-attention block")
+        if separate_values and not cross:
+            raise ValueError("separate_values (keys and values from two inputs) needs cross=True")
+        if norm not in ("pre", "post"):
+            raise ValueError(f"norm must be 'pre' or 'post', got {norm!r}")
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
         self.normalize_kv = normalize_kv
         self.cross = cross
-        self.norm_q = nn.LayerNorm(width, eps=layer_norm_eps)
-        self.norm_kv = nn.LayerNorm(kv_width or width, eps=layer_norm_eps) if cross else None
+        self.separate_values = separate_values
+        self.post_norm = norm == "post"
+        pre = not self.post_norm
+        kv = kv_width or width
+        # pre-norm: LayerNorms on the attention's inputs (queries; a cross block's keys, values)
+        self.norm_q = nn.LayerNorm(width, eps=layer_norm_eps) if pre else None
+        self.norm_kv = nn.LayerNorm(kv, eps=layer_norm_eps) if pre and cross else None
+        self.norm_v = nn.LayerNorm(kv, eps=layer_norm_eps) if pre and separate_values else None
         self.attention = MultiheadAttention(
             width,
             n_heads,
@@ -229,40 +272,84 @@ class MAB(nn.Module):
             backend=backend,
             backend_options=backend_options,
         )
-        self.residual = nn.Linear(width, width)  # W^res: a learned projection, not an identity
+        # post-norm: the LayerNorm of the attention's residual sum
+        self.norm_attention = nn.LayerNorm(width, eps=layer_norm_eps) if self.post_norm else None
+        # W^res: a learned projection (NPT), or None for the identity
+        self.residual = nn.Linear(width, width) if residual_projection else None
         self.dropout = Dropout(dropout)
-        self.norm_ff = nn.LayerNorm(width, eps=layer_norm_eps)
-        self.ff = nn.Sequential(
-            nn.Linear(width, ff_multiplier * width),
-            nn.GELU(),
-            Dropout(dropout),
-            nn.Linear(ff_multiplier * width, width),
-            Dropout(dropout),
+        hidden = ff_multiplier * width if d_feedforward is None else d_feedforward
+        self.norm_ff: nn.LayerNorm | None = None
+        if hidden and pre:
+            self.norm_ff = nn.LayerNorm(width, eps=layer_norm_eps)
+        self.ff = (
+            nn.Sequential(
+                nn.Linear(width, hidden),
+                _ACTIVATIONS[activation](),
+                Dropout(dropout),
+                nn.Linear(hidden, width),
+                Dropout(dropout),
+            )
+            if hidden
+            else None
         )
+        if hidden and self.post_norm:  # after ff: the parameter order TNP-D's layers had
+            self.norm_ff = nn.LayerNorm(width, eps=layer_norm_eps)
+
+    def _load_from_state_dict(
+        self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any
+    ) -> None:
+        """Weights saved by the blocks this one replaced (issue 50 item 5) load under today's names:
+        ``np_base.KeyValueCrossAttention`` (``norm_k``, and a feed-forward without dropout layers,
+        whose second Linear was ``ff.2``) and ``tnpd.TransformerLayer`` (``ff.2``)."""
+        renames = {"ff.2.": "ff.3."} if self.ff is not None else {}  # ff[2] is a Dropout: no weights
+        if self.norm_v is not None:
+            renames["norm_k."] = "norm_kv."
+        for key in [k for k in state_dict if k.startswith(prefix)]:
+            name = key[len(prefix) :]
+            for old, new in renames.items():
+                if name.startswith(old):
+                    state_dict[prefix + new + name[len(old) :]] = state_dict.pop(key)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def _query_input(self, x: Tensor) -> Tensor:
+        return x if self.norm_q is None else self.norm_q(x)
+
+    def _self_kv(self, x: Tensor, queries: Tensor) -> Tensor:
+        """What self-attention's keys and values are projected from, given its query input."""
+        return queries if self.normalize_kv else x
 
     def kv_input(self, y: Tensor) -> Tensor:
-        """What keys and values are projected from: LN(y) (paper) or raw y (reference code)."""
-        if not self.normalize_kv:
-            return y
+        """What keys and values are projected from: LN(y) (paper) or raw y (reference code, post-norm)."""
         norm = self.norm_kv if self.cross else self.norm_q
-        assert norm is not None
-        return norm(y)
+        return y if not self.normalize_kv or norm is None else norm(y)
 
-    def context_kv(self, y: Tensor) -> tuple[Tensor, Tensor]:
+    def value_input(self, values: Tensor) -> Tensor:
+        """What the values of a ``separate_values`` block are projected from."""
+        return values if not self.normalize_kv or self.norm_v is None else self.norm_v(values)
+
+    def context_kv(self, y: Tensor, values: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Keys/values of a context set ``y`` (B, n_kv, w), to pass later as ``prefix_kv``."""
-        return self.attention.project_kv(self.kv_input(y))
+        v_input = None if values is None else self.value_input(values)
+        return self.attention.project_kv(self.kv_input(y), v_input)
+
+    def _output(self, x: Tensor, attended: Tensor) -> Tensor:
+        """The block's output from its input ``x`` and the mixed attention output ``attended``."""
+        res = (x if self.residual is None else self.residual(x)) + self.dropout(attended)
+        if self.norm_attention is not None:  # post-norm
+            res = self.norm_attention(res)
+            return res if self.ff is None or self.norm_ff is None else self.norm_ff(res + self.ff(res))
+        return res if self.ff is None or self.norm_ff is None else res + self.ff(self.norm_ff(res))
 
     # The two halves of ``forward`` around the attention itself, for callers that compute the
     # attention their own way (e.g. streamed over chunks of keys, ``nn.streaming``).
     def query_heads(self, x: Tensor) -> Tensor:
         """Queries of ``x`` (B, n_q, w) as attention sees them: (B, heads, n_q, w / heads)."""
-        return self.attention.project_q(self.norm_q(x))
+        return self.attention.project_q(self._query_input(x))
 
     def finish(self, x: Tensor, heads_out: Tensor) -> Tensor:
         """The block's output from its input ``x`` and the attention result per head
         ``heads_out`` (B, heads, n_q, w / heads): residual, head mixing, feed-forward."""
-        res = self.residual(x) + self.dropout(self.attention.merge_heads(heads_out))
-        return res + self.ff(self.norm_ff(res))
+        return self._output(x, self.attention.merge_heads(heads_out))
 
     # -- attention weights, for explanations: the softmax the forward pass applies, written out
     def weights(self, x: Tensor, y: Tensor) -> Tensor:
@@ -274,22 +361,24 @@ class MAB(nn.Module):
 
     def self_attention_weights(self, x: Tensor) -> Tensor:
         """Self-attention weights within each set of ``x (B, n, w)``: ``(B, heads, n, n)``."""
-        q = self.query_heads(x)
-        k, _ = self.attention.project_kv(self.norm_q(x) if self.normalize_kv else x)
+        h = self._query_input(x)
+        k, _ = self.attention.project_kv(self._self_kv(x, h))
+        q = self.attention.project_q(h)
         return torch.softmax(torch.matmul(q, k.transpose(-1, -2)) * self.attention.scale, dim=-1)
 
     def self_and_prefix_weights(self, x: Tensor, prefix_kv: tuple[Tensor, Tensor]) -> Tensor:
         """Weights of the ``paired`` forward: each query of ``x (B, n_q, w)`` over the cached
         prefix keys and then itself: ``(B, heads, n_q, n_prefix + 1)``."""
-        q = self.query_heads(x)
-        k_self, _ = self.attention.project_kv(self.norm_q(x) if self.normalize_kv else x)
-        return paired_weights(q, prefix_kv[0], k_self, self.attention.scale)
+        h = self._query_input(x)
+        k_self, _ = self.attention.project_kv(self._self_kv(x, h))
+        return paired_weights(self.attention.project_q(h), prefix_kv[0], k_self, self.attention.scale)
 
     def forward(
         self,
         x: Tensor,
         y: Tensor | None = None,
         *,
+        values: Tensor | None = None,
         prefix_kv: tuple[Tensor, Tensor] | None = None,
         include_self: bool = True,
         attn_mask: Tensor | None = None,
@@ -297,16 +386,67 @@ class MAB(nn.Module):
     ) -> Tensor:
         """Self-attention (``y`` None, ``include_self``), cross-attention to ``y``, and/or to a cached
         ``prefix_kv``. With ``include_self=False`` and ``y=None`` the queries attend to the prefix only;
-        ``paired=True`` (self-attention with a prefix): each query attends to the prefix and itself."""
+        ``paired=True`` (self-attention with a prefix): each query attends to the prefix and itself.
+        ``values`` (``separate_values`` blocks): the values, ``y`` then gives the keys only."""
         if self.cross and y is None and prefix_kv is None:
             raise ValueError("a cross-attention block needs y or prefix_kv")
-        h = self.norm_q(x)
+        if (values is not None) != (self.separate_values and y is not None):
+            raise ValueError("values go with y, and only to a block built with separate_values=True")
+        h = self._query_input(x)
+        v_input = None
         if y is not None:
             kv = self.kv_input(y)
+            v_input = None if values is None else self.value_input(values)
         elif include_self and not self.cross:
-            kv = h if self.normalize_kv else x
+            kv = self._self_kv(x, h)
         else:
             kv = None
-        attended = self.attention(h, kv, prefix_kv=prefix_kv, attn_mask=attn_mask, paired=paired)
-        res = self.residual(x) + self.dropout(attended)
-        return res + self.ff(self.norm_ff(res))
+        attended = self.attention(
+            h, kv, v_input=v_input, prefix_kv=prefix_kv, attn_mask=attn_mask, paired=paired
+        )
+        return self._output(x, attended)
+
+
+class InducingPointAttention(nn.Module):
+    """XABD, cross-attention between datapoints with learned inducing points (Rastogi et al. 2023):
+    h learned inducing points ``H_D (1, h, w)`` attend to a set, ``(B, m, w_kv) -> (B, h, w)``, cost
+    O(m h). ``block_options`` are the cross-attention :class:`MAB`'s."""
+
+    def __init__(self, width: int, n_heads: int, n_inducing: int, **block_options: Any) -> None:
+        super().__init__()
+        self.inducing = nn.Parameter(torch.empty(1, n_inducing, width))  # H_D^0, (1, h, w)
+        nn.init.xavier_uniform_(self.inducing)
+        self.mab = MAB(width, n_heads, cross=True, **block_options)
+
+    def forward(self, tokens: Tensor, *, attn_mask: Tensor | None = None) -> Tensor:
+        """The inducing points after attending to ``tokens (B, m, w_kv)``: ``(B, h, w)``.
+        ``attn_mask`` (True = may attend) broadcasts against ``(B, heads, h, m)``."""
+        queries = self.inducing.expand(tokens.shape[0], -1, -1)  # (B, h, w)
+        return self.mab(queries, tokens, attn_mask=attn_mask)
+
+
+class InducedSetAttention(nn.Module):
+    """ISAB, the Set Transformer's induced set attention (Lee et al. 2019): XABD
+    (:class:`InducingPointAttention`), then the set reads back from the h summaries with a second
+    cross-attention :class:`MAB`, ``(B, m, w) -> (B, m, w)``; O(m h) both. The read-back block's
+    feed-forward has ``readback_ff_multiplier`` x w hidden units (0: none, attention and residual
+    only). ``block_options`` go to both blocks."""
+
+    def __init__(
+        self,
+        width: int,
+        n_heads: int,
+        n_inducing: int,
+        *,
+        readback_ff_multiplier: int = 4,
+        **block_options: Any,
+    ) -> None:
+        super().__init__()
+        self.inducing = InducingPointAttention(width, n_heads, n_inducing, **block_options)
+        self.readback = MAB(width, n_heads, cross=True, ff_multiplier=readback_ff_multiplier, **block_options)
+
+    def forward(self, tokens: Tensor, *, attn_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """``(read-back (B, m, w), summaries (B, h, w))``; ``attn_mask`` masks the set's points
+        as keys of XABD (a key mask over m)."""
+        summaries = self.inducing(tokens, attn_mask=attn_mask)  # (B, h, w)
+        return self.readback(tokens, summaries), summaries
