@@ -161,7 +161,8 @@ def memory(model: str, batch: int, checkpoint: bool, train: int, seed: int, **_:
     import torch
 
     from semiparam import NPTImageClassifier, SPINImageClassifier
-    from semiparam.bench import Batch, Trainer, get_model
+    from semiparam.models.registry import get_model
+    from semiparam.training.trainer import Batch, Trainer
 
     torch.set_num_threads(THREADS)
     X, y, _, _ = split(train, seed)

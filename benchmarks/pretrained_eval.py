@@ -35,7 +35,7 @@ import pandas as pd
 REFERENCE = h.RESULTS / "suite32" / "tabular_defaults.jsonl"
 COMPARED = ("catboost", "hgb", "npt")  # the default comparison (--compare)
 VARIANTS = ("zero_shot", "fine_tuned")
-FINE_TUNE_STEPS = 2000  # a ceiling: the fine-tuning stops on its held-out rows (the adaptive schedule)
+FINE_TUNE_STEPS = 300  # a ceiling: the fine-tuning stops on its held-out rows (the adaptive schedule)
 
 
 def cell(table: str, split: int, variant: str, views: int | None = None, **_: Any) -> dict[str, Any]:
@@ -59,7 +59,10 @@ def cell(table: str, split: int, variant: str, views: int | None = None, **_: An
     except ValueError as err:  # e.g. more classes than the model's slots
         return {"ok": False, "error": str(err)}
     score = metrics[ds.primary_metric(task)]
-    return {"metrics": metrics, "score": score, "seconds": m.seconds, "n_train": len(X_tr)}
+    out = {"metrics": metrics, "score": score, "seconds": m.seconds, "n_train": len(X_tr)}
+    if steps:  # the steps trained, and whether one beat the pretrained weights on the held-out rows
+        out |= {"steps": model.history_.n_steps, "best_step": model.history_.best_step}
+    return out
 
 
 def speed(repeats: int = 3) -> dict[str, Any]:
@@ -80,6 +83,11 @@ def speed(repeats: int = 3) -> dict[str, Any]:
     rest = times[1:]
     spread = {"median_s": statistics.median(rest), "max_s": max(rest)}
     return {**spread, "first_s": times[0], "threads": ds.N_THREADS}
+
+
+def _task(record: dict[str, Any]) -> str:
+    """A record's kind of table: "regression", else "classification"."""
+    return "regression" if ds.TABLES[record["settings"]["table"]].task == "regression" else "classification"
 
 
 def reference_scores(path: Path, compared: tuple[str, ...]) -> dict[tuple[str, str, int], dict[str, Any]]:
@@ -113,6 +121,8 @@ def summarise(
             wins[m].append(scores["prior"] < scores[m])
             ratios[m].append(scores["prior"] / scores[m])
         rows.append({"table": table, "split": split, **scores, "seconds": r["seconds"]})
+        if "steps" in r:
+            rows[-1] |= {"steps": r["steps"], "kept": r["best_step"] is None}
         if npt := found.get("npt"):
             rows[-1] |= {
                 "npt_seconds": npt["fit_seconds"] + npt["predict_seconds"],
@@ -171,21 +181,36 @@ def report(
             f"Seconds, all cells: {summary['seconds']:.0f}",
         ]
         lines[-1] += f" (from-scratch NPT: {summary['npt_seconds']:.0f})." if commits else "."
-        lines += [
-            "",
-            "| model | mean rank | it beats the model | geo-mean score ratio (it / the model) |",
-            "| --- | --- | --- | --- |",
-            f"| prior-fitted NPT, {name} | {summary['mean_rank']['prior']:.2f} | - | - |",
-        ]
-        for m in compared:
-            rank, win = summary["mean_rank"][m], summary["win_rate"][m]
-            lines.append(f"| {m} | {rank:.2f} | {win:.0%} | {summary['geo_mean_ratio'][m]:.3f} |")
+        if steps := [r["steps"] for r in rows if "steps" in r]:
+            kept = sum(r["kept"] for r in rows if "steps" in r)
+            lines[-1] += (
+                f" Steps trained: median {statistics.median(steps):.0f}, most {max(steps)}; in {kept} "
+                f"of {len(steps)} cells no step beat the pretrained weights on the held-out rows (kept)."
+            )
+        head = "| tables | model | mean rank | it beats the model | geo-mean score ratio (it / the model) |"
+        lines += ["", head, "| --- | --- | --- | --- | --- |"]
+        by_task = {"all": summary}
+        for task in ("classification", "regression"):
+            subset = [r for r in cells if r["settings"]["variant"] == variant and _task(r) == task]
+            by_task[task] = summarise(subset, refs, compared)[1]
+        for label, s in by_task.items():
+            if not s["cells"]:
+                continue
+            label = f"{label} ({s['cells']} cells)"
+            lines.append(f"| {label} | prior-fitted NPT, {name} | {s['mean_rank']['prior']:.2f} | - | - |")
+            for m in compared:
+                rank, win, ratio = s["mean_rank"][m], s["win_rate"][m], s["geo_mean_ratio"][m]
+                lines.append(f"| {label} | {m} | {rank:.2f} | {win:.0%} | {ratio:.3f} |")
         extra = ["npt seconds"] if commits else []
         lines += ["", *h.md_table(["table", "split", "it", *compared, "seconds", *extra], [
             [r["table"], r["split"], *(r[m] for m in ("prior", *compared)), r["seconds"],
              *([r.get("npt_seconds")] if commits else [])] for r in rows
         ])]  # fmt: skip
     variants = {v: {"summary": s, "rows": rows} for v, (rows, s) in by_variant.items()}
+    for v, entry in variants.items():
+        for task in ("classification", "regression"):
+            subset = [r for r in cells if r["settings"]["variant"] == v and _task(r) == task]
+            entry[task] = summarise(subset, refs, compared)[1]
     data = {"weights": weights_hash(), "steps": card["steps"], "seconds_by_device": card["seconds_by_device"]}
     return lines, {**data, "compared": compared, "views": views, "variants": variants, "speed": sp}
 

@@ -152,7 +152,9 @@ def cell(
     from torch.utils.flop_counter import FlopCounterMode
 
     from semiparam import TrainConfig
-    from semiparam.bench import Batch, Trainer, get_model, mask_for_inference
+    from semiparam.models.registry import get_model
+    from semiparam.training.masking import mask_for_inference
+    from semiparam.training.trainer import Batch, Trainer
 
     torch.set_num_threads(threads)
     where = torch.device(device)

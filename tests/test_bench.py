@@ -359,7 +359,8 @@ def test_expected_calibration_error():
 def test_code_hash_follows_the_table_models_imports(tmp_path: Path) -> None:
     import shutil
 
-    from semiparam.bench.measure import PRESENTATION_ONLY, _package_root, code_hash, import_closure
+    from semiparam._provenance import _package_root
+    from semiparam.bench.measure import PRESENTATION_ONLY, code_hash, import_closure
 
     root = tmp_path / "semiparam"
     shutil.copytree(_package_root(), root, ignore=shutil.ignore_patterns("__pycache__"))

@@ -37,3 +37,17 @@ def test_the_readme_names_pages_that_exist() -> None:
     pages = {p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").rglob("*.md")}
     assert not [p for p in pages if p not in nav], "a page of docs/ is missing from mkdocs.yml's nav"
     assert len(readme.splitlines()) <= 150
+
+
+def test_reports_named_in_the_source_and_the_pages_exist() -> None:
+    """A docstring or page that points at a benchmark report points at one the benchmarks still
+    produce (deleted reports are named as retired, in the git history)."""
+    named = set()
+    for path in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "src").rglob("*.py")]:
+        for found in re.findall(r"benchmarks/results/[\w./-]*[\w/]", path.read_text()):
+            named.add((path.relative_to(ROOT).as_posix(), found))
+    assert named
+    missing = [
+        (where, p) for where, p in named if not (ROOT / p).exists() and not (ROOT / f"{p}.md").exists()
+    ]
+    assert not missing

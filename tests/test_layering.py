@@ -5,6 +5,12 @@ Layers, lowest first: ``_config``/``_io`` -> ``data`` -> ``nn`` -> ``models`` ->
 ``estimators``/``np``/``genomics`` -> ``bench``/``cli``. Every import counts: module level, inside a
 function (lazy), under ``if TYPE_CHECKING``; relative imports are resolved to absolute names. The
 checks parse the source with ``ast``; nothing is imported.
+
+Beyond the ranks: no module imports a private module or name (``_x``) of another part, genomics never
+imports ``training`` (it trains through the public learner layer, ``estimators.learner``), the
+harness (``bench``) imports no ``training`` and ``tuning`` no ``bench``, nothing is re-exported
+through ``import_module`` (but the package's own lazy ``__init__``), no two modules import each
+other around a loop (``cli/`` included), and benchmark scripts import public modules and names only.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ LAYERS: dict[str, int] = {
     "semiparam._config": 0,
     "semiparam._io": 0,
     "semiparam._measure": 0,
+    "semiparam._provenance": 0,  # machine_info, code_hash: where a measured number came from
     "semiparam.parallel": 0,  # map_tasks: serial or Ray; imports nothing of the package
     "semiparam.data": 1,
     "semiparam.datasets": 1,  # the public face of semiparam.data.datasets
@@ -51,6 +58,10 @@ BENCHMARK_API = {
     "semiparam.tuning",
     "semiparam.parallel",
     "semiparam.pretraining",
+    # the pieces a step-level benchmark (step_cost.py, images.py) drives directly, from their homes
+    "semiparam.models.registry",
+    "semiparam.training.masking",
+    "semiparam.training.trainer",
 }
 
 
@@ -70,6 +81,17 @@ def _package_modules() -> dict[str, tuple[Path, bool]]:
 MODULES = _package_modules()
 
 
+def import_source(node: ast.ImportFrom, module: str = "", is_package: bool = False) -> str:
+    """The absolute name of the module that ``from X import ...`` in ``module`` reads from."""
+    if not node.level:
+        return node.module or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    if node.level - 1 > len(base) - 1:
+        raise AssertionError(f"{module}:{node.lineno}: relative import beyond the package")
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def imports(source: str, module: str = "", is_package: bool = False) -> list[tuple[int, str]]:
     """``(line, absolute module name)`` of every import in ``source``, at any depth.
 
@@ -80,14 +102,7 @@ def imports(source: str, module: str = "", is_package: bool = False) -> list[tup
         if isinstance(node, ast.Import):
             found.extend((node.lineno, alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = module.split(".") if is_package else module.split(".")[:-1]
-                if node.level - 1 > len(base) - 1:
-                    raise AssertionError(f"{module}:{node.lineno}: relative import beyond the package")
-                base = base[: len(base) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
+            target = import_source(node, module, is_package)
             for alias in node.names:
                 sub = f"{target}.{alias.name}"
                 found.append((node.lineno, sub if sub in MODULES else target))
@@ -128,6 +143,11 @@ def benchmark_violations(source: str, where: str) -> list[str]:
         bench_module = parts[:2] == ["semiparam", "bench"] and not any(p.startswith("_") for p in parts)
         if name not in BENCHMARK_API and not bench_module:
             out.append(f"{where}:{line} imports {name}, which is not the public API {sorted(BENCHMARK_API)}")
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("semiparam"):
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    out.append(f"{where}:{node.lineno} imports the private {alias.name} of {node.module}")
     return out
 
 
@@ -135,15 +155,19 @@ def benchmark_violations(source: str, where: str) -> list[str]:
 FORBIDDEN = {
     # genomics trains and predicts through the public learner layer (estimators.learner)
     ("semiparam.genomics", "semiparam.training"),
+    # the benchmark harness drives the public estimators and re-exports no training internals
+    ("semiparam.bench", "semiparam.training"),
+    # the search reads its provenance from semiparam._provenance, not from the harness
+    ("semiparam.tuning", "semiparam.bench"),
 }
 
 
 def rule_violations(module: str, is_package: bool, source: str, where: str) -> list[str]:
     """One line per import of ``module`` that breaks a rule beyond the layers: a private module
     (``_name``) of another part of the package (the package's own ``semiparam._config``,
-    ``_io`` and ``_measure`` are shared by all), a private name from another part, a
-    ``FORBIDDEN`` pair, or a name re-exported through ``importlib.import_module`` (hidden from
-    these checks) outside the package's own ``__init__``."""
+    ``_io``, ``_measure`` and ``_provenance`` are shared by all), a private name from another part
+    (relative or absolute import), a ``FORBIDDEN`` pair, or a name re-exported through
+    ``importlib.import_module`` (hidden from these checks) outside the package's own ``__init__``."""
     own = layer_of(module)
     out = []
     tree = ast.parse(source)
@@ -157,9 +181,8 @@ def rule_violations(module: str, is_package: bool, source: str, where: str) -> l
         if (own, other) in FORBIDDEN:
             out.append(f"{module} ({where}:{line}) imports {name}: {own} may not import {other}")
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level:
-            base = module.split(".") if is_package else module.split(".")[:-1]
-            target = ".".join(base[: len(base) - (node.level - 1)] + ([node.module] if node.module else []))
+        if isinstance(node, ast.ImportFrom):
+            target = import_source(node, module, is_package)
             if layer_of(target) not in (None, own):
                 for alias in node.names:
                     if alias.name.startswith("_") and not alias.name.startswith("__"):
@@ -188,9 +211,13 @@ def test_the_rule_checks_catch_violations() -> None:
         "from ..training.trainer import Trainer\n"
         "from .._config import ConfigError\n"
         "from importlib import import_module\n"
+        "from semiparam.estimators.explain import _absolute_private\n"
     )
     found = rule_violations("semiparam.genomics.x", False, source, "x.py")
-    assert len(found) == 4, found
+    assert len(found) == 5, found
+    assert any("private _absolute_private" in f for f in found)
+    tuning = rule_violations("semiparam.tuning", False, "from .bench.measure import code_hash\n", "t.py")
+    assert len(tuning) == 1 and "semiparam.tuning may not import semiparam.bench" in tuning[0], tuning
     assert "private module semiparam.estimators._ensemble" in found[0]
     assert any("private _private_helper" in f for f in found)
     assert any("may not import semiparam.training" in f for f in found)
@@ -266,12 +293,14 @@ def test_the_checks_catch_violations() -> None:
         "    from semiparam.data.vcf import read_vcf\n"
         "    from semiparam.estimators._ensemble import EnsembleLearner\n"
         "    from semiparam import nn\n"
+        "from semiparam.bench.measure import _package_root\n"
     )
     found = benchmark_violations(script, "b.py")
     assert [v.split(" imports ")[1].split(",")[0] for v in found] == [
         "semiparam.data.vcf",
         "semiparam.estimators._ensemble",
         "semiparam.nn",
+        "the private _package_root of semiparam.bench.measure",
     ], found
 
 
@@ -304,3 +333,23 @@ def test_modules_import_each_other_one_way() -> None:
     never import ``cli.main`` back."""
     cycles = module_cycles(MODULES)
     assert not cycles, "import cycles between modules:\n" + "\n".join(cycles)
+
+
+def test_the_package_init_hides_no_import() -> None:
+    """The one ``import_module`` allowed, the package's lazy ``__init__``, names every module it loads
+    in plain imports under ``if TYPE_CHECKING`` too, so that the checks above see each of them."""
+    tree = ast.parse((PACKAGE / "__init__.py").read_text())
+    lazy: set[tuple[str, str]] = set()
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "_EXPORTS" for t in node.targets):
+            lazy = {(module, name) for name, module in ast.literal_eval(node.value).items()}
+    seen = {
+        ("." * node.level + (node.module or ""), alias.name)
+        for block in tree.body
+        if isinstance(block, ast.If) and getattr(block.test, "id", "") == "TYPE_CHECKING"
+        for node in ast.walk(block)
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    assert lazy, "semiparam/__init__.py: no _EXPORTS table found"
+    assert lazy <= seen, f"lazy exports without a plain import under TYPE_CHECKING: {sorted(lazy - seen)}"

@@ -34,3 +34,28 @@ def test_summary_ranks_wins_and_ratios_over_the_cells_every_compared_model_has()
         and rows[0]["npt_commit"] == "abcdef1"
         and summary["npt_seconds"] == 10.0
     )
+
+
+def test_report_splits_the_summary_by_task_and_counts_fine_tuning_steps():
+    refs = {(m, t, 0): _ref(m, t, 0, 1.0) for m in ("catboost", "hgb") for t in ("boston", "titanic")}
+    tuned = {"variant": "fine_tuned"}
+    records = [
+        _rec("boston", 0, 0.5),  # regression: wins
+        _rec("titanic", 0, 2.0),  # classification: loses
+        {
+            **_rec("boston", 0, 2.0, steps=40, best_step=None),
+            "settings": {"table": "boston", "split": 0, **tuned},
+        },
+        {
+            **_rec("titanic", 0, 0.5, steps=90, best_step=70),
+            "settings": {"table": "titanic", "split": 0, **tuned},
+        },
+    ]
+    lines, data = pe.report(records, refs, "ref.jsonl", ("catboost", "hgb"), None)
+    zero = data["variants"]["zero_shot"]
+    assert zero["regression"]["win_rate"] == {"catboost": 1.0, "hgb": 1.0}
+    assert zero["classification"]["win_rate"] == {"catboost": 0.0, "hgb": 0.0}
+    assert data["variants"]["fine_tuned"]["regression"]["win_rate"]["hgb"] == 0.0
+    text = "\n".join(lines)
+    assert "Steps trained: median 65, most 90; in 1 of 2 cells" in text
+    assert "| regression (1 cells) | hgb | " in text

@@ -112,7 +112,7 @@ def test_estimator_save_refuses_overwrite_and_failed_save_leaves_nothing(
         clf.save(path)
     assert {p.name: p.read_bytes() for p in path.iterdir()} == before
 
-    import semiparam.estimators.learner as engine
+    import semiparam.estimators.model_dir as engine  # writes the tensor files of every saved model
 
     def fail(*args: object, **kwargs: object) -> None:
         raise OSError("disk full")

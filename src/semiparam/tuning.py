@@ -784,7 +784,7 @@ def _write_outputs(
     off_space: list[str],
     settings: dict[str, Any],
 ) -> None:
-    from .bench.measure import code_hash, machine_info
+    from ._provenance import code_hash, machine_info
 
     with atomic_file(out / "trials.csv", overwrite=True) as tmp:
         result.trials.to_csv(tmp, index=False)

@@ -2,7 +2,9 @@
 
 ``semiparam bench <plan>`` (or :func:`run_suite` + :func:`write_report`) runs a named plan from
 :mod:`semiparam.bench.suites` and writes JSON, a markdown report and plots. Names are imported
-lazily so that ``semiparam --help`` does not pay for scikit-learn.
+lazily so that ``semiparam --help`` does not pay for scikit-learn. The paper's analyses of a fitted
+model (:func:`corruption_test`, :func:`lookup_test`, :func:`deletion_test`) live beside the
+explanations, in :mod:`semiparam.estimators.analyses`, and are re-exported here.
 """
 
 from __future__ import annotations
@@ -31,12 +33,6 @@ _EXPORTS = {
     "lookup_test": "analyses",
     "write_analysis": "analyses",
     "TableModelSpec": "models",
-    # The training pieces a step-level benchmark (benchmarks/scaling.py, step_cost.py) drives
-    # directly, so that scripts outside the package need not import semiparam's internal modules.
-    "get_model": "registry",
-    "Batch": "trainer",
-    "Trainer": "trainer",
-    "mask_for_inference": "masking",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -64,25 +60,13 @@ def _module(name: str) -> Any:  # noqa: PLR0911 - one plain import per module, s
         from . import baselines
 
         return baselines
-    if name == "analyses":
-        from . import analyses
+    if name == "analyses":  # semiparam analyze's code, beside the explanations it is built on
+        from ..estimators import analyses
 
         return analyses
-    if name == "models":
-        from . import models
+    from . import models
 
-        return models
-    if name == "registry":
-        from ..models import registry
-
-        return registry
-    if name == "trainer":
-        from ..training import trainer
-
-        return trainer
-    from ..training import masking
-
-    return masking
+    return models
 
 
 def __getattr__(name: str) -> Any:

@@ -1,6 +1,6 @@
 """``semiparam explain`` and ``semiparam analyze corruption|lookup|deletion``: explanations and the
 NPT paper's analyses of a fitted run from the command line (the logic lives in
-``semiparam.estimators.explain`` and ``semiparam.bench.analyses``)."""
+``semiparam.estimators.explain`` and ``semiparam.estimators.analyses``)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def _command() -> str:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from ..bench import analyses
+    from ..estimators import analyses
     from .common import read_table, split_list
 
     # the report's files are refused before any work, as fit refuses an existing run directory
@@ -68,8 +68,7 @@ def _lookup(args: argparse.Namespace, frame: pd.DataFrame, name: str) -> dict[st
     import pandas as pd
     from sklearn.model_selection import train_test_split
 
-    from ..bench import analyses
-    from ..estimators import NPTClassifier, NPTRegressor, SPINClassifier, SPINRegressor
+    from ..estimators import NPTClassifier, NPTRegressor, SPINClassifier, SPINRegressor, analyses
 
     if args.target not in frame.columns:
         raise ValueError(f"target column {args.target!r} not in {args.data}; it has {list(frame.columns)}")

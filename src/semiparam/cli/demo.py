@@ -23,8 +23,8 @@ def run_demo(
     their defaults, on one stratified 80/20 split."""
     import torch
 
+    from ..estimators.learner import resolve_device
     from ..estimators.tabular import TableClassifier
-    from ..training.device import resolve_device
 
     X, y = load_breast_cancer(return_X_y=True, as_frame=True)
     X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=0.2, stratify=y, random_state=seed)

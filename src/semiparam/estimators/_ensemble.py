@@ -18,7 +18,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-import json
 import sys
 import time
 from collections.abc import Sequence
@@ -29,7 +28,6 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .._io import atomic_directory
 from ..data.table import EncodedTable, TableEncoder, TableSchema
 from ..parallel import check_backend, map_tasks
 from ..training.config import TrainConfig
@@ -39,9 +37,8 @@ from ..training.members import MemberPlan, train_members
 from ..training.seeding import seeded_build
 from ..training.trainer import ProgressBar, TrainHistory
 from ._context import PredictionContext
-from .learner import FORMAT_VERSION, PRIOR_FITTED_FORMAT, TableLearner, json_default, read_model_meta
-
-ENSEMBLE_FORMAT = "ensemble-1"
+from .learner import TableLearner
+from .model_dir import read_model_dir, save_model_dir
 
 
 def member_seeds(seed: int, n_members: int) -> list[int]:
@@ -570,47 +567,39 @@ class EnsembleLearner:
 
     # -- persistence ----------------------------------------------------------------------------
     def save(self, path: str | Path, extra: dict[str, Any] | None = None, *, overwrite: bool = False) -> Path:
-        """One member: the single model's layout (:meth:`TableLearner.save`). Several:
-        ``semiparam.json`` (format, estimator state, histories) and one directory per member
-        (``member_0/`` ...) in that layout."""
+        """One member: the single model's layout (:meth:`TableLearner.save`, kind ``table``).
+        Several: kind ``ensemble``, ``semiparam.json`` (estimator state, histories) and one
+        directory per member (``member_0/`` ...) in the single model's layout."""
         if self.history is None or self.encoder is None:
             raise RuntimeError("nothing to save: the model is not fitted")
         if len(self.members) == 1:
             return self.members[0].save(path, extra, overwrite=overwrite)
-        path = Path(path)
-        with atomic_directory(path, overwrite=overwrite) as tmp:
-            target = Path(tmp)
-            meta = {
-                "format_version": FORMAT_VERSION,
-                "layout": ENSEMBLE_FORMAT,
-                "n_members": len(self.members),
-                "seed": self.seed,
-                "history": self.history.to_dict(),
-                "estimator": extra or {},
-            }
-            for k, member in enumerate(self.members):
-                member.save(target / f"member_{k}")
-            (target / "semiparam.json").write_text(json.dumps(meta, indent=2, default=json_default))
-        return path
+        meta = {
+            "n_members": len(self.members),
+            "seed": self.seed,
+            "history": self.history.to_dict(),
+            "estimator": extra or {},
+        }
+        parts = {f"member_{k}": member.save for k, member in enumerate(self.members)}
+        return save_model_dir(path, "ensemble", meta, parts=parts, overwrite=overwrite)
 
     @classmethod
     def load(
         cls, path: str | Path, *, device: str | torch.device | None = None
     ) -> tuple[EnsembleLearner, dict[str, Any]]:
-        path = Path(path)
-        meta = read_model_meta(path)
-        if meta.get("layout") == PRIOR_FITTED_FORMAT:  # init="pretrained": the prior-fitted NPT
+        saved = read_model_dir(path, "table", "ensemble", "prior-fitted")
+        if saved.kind == "prior-fitted":  # init="pretrained": the prior-fitted NPT
             from .pretrained import PriorFittedLearner
 
-            return PriorFittedLearner.load(path, meta, device=device)  # type: ignore[return-value]
+            return PriorFittedLearner.load(saved, device=device)  # type: ignore[return-value]
         # a single model (or one saved before ensembles existed) has the single model's layout
-        if meta.get("layout") != ENSEMBLE_FORMAT:
-            learner, extra = TableLearner.load(path, device=device)
+        if saved.kind == "table":
+            learner, extra = TableLearner.load(saved, device=device)
             members, history = [learner], EnsembleHistory([learner.history])  # type: ignore[list-item]
         else:
-            members = [
-                TableLearner.load(path / f"member_{k}", device=device)[0] for k in range(meta["n_members"])
-            ]
+            meta = saved.meta
+            dirs = [saved.path / f"member_{k}" for k in range(meta["n_members"])]
+            members = [TableLearner.load(d, device=device)[0] for d in dirs]
             extra, history = meta["estimator"], EnsembleHistory.from_dict(meta["history"])
         first = members[0]
         ens = cls.__new__(cls)

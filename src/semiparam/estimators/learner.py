@@ -24,7 +24,6 @@ estimators and genomics all train and predict through it; nothing outside ``esti
 from __future__ import annotations
 
 import copy
-import json
 import math
 import tempfile
 from collections.abc import Callable, Sequence
@@ -35,18 +34,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from safetensors.torch import load_file, save_file
 
 from .._config import ConfigError, FrozenConfig
-from .._io import (
-    ModelFileError,
-    atomic_directory,
-    available_device,
-    file_sha256,
-    read_json,
-    read_tensors,
-    verify_checksums,
-)
+from .._io import available_device
 from ..data.table import DataValidationError, EncodedTable, TableEncoder, TableSchema
 from ..models.registry import get_model
 from ..nn.columns import CATEGORICAL, ColumnOutputs
@@ -68,11 +58,7 @@ from ._sampling import (
     split_validation,
     stratified_order,
 )
-
-FORMAT_VERSION = 1
-PRIOR_FITTED_FORMAT = (
-    "prior-fitted-1"  # the layout of a saved init="pretrained" model (estimators.pretrained)
-)
+from .model_dir import SavedModel, module_tensors, read_model_dir, save_model_dir
 
 
 @dataclass
@@ -647,7 +633,6 @@ class TableLearner:
     def state_dict(self) -> dict[str, Any]:
         assert self.encoder is not None and self.history is not None
         return {
-            "format_version": FORMAT_VERSION,
             "model_name": self.model_name,
             "model_config": self.model_config.to_dict(),
             "train_config": self.train_config.to_dict(),
@@ -660,23 +645,25 @@ class TableLearner:
         }
 
     def save(self, path: str | Path, extra: dict[str, Any] | None = None, *, overwrite: bool = False) -> Path:
-        """Write ``semiparam.json`` (configs, schema, encoder, history), ``model.safetensors``
-        (weights) and ``context.safetensors`` (the encoded context rows). No pickle. The files go
-        to a hidden sibling directory renamed to ``path`` when complete; an existing ``path``
-        raises :class:`FileExistsError` unless ``overwrite``, and survives any failed save."""
+        """Save a model directory of kind ``table`` (``estimators.model_dir``): ``semiparam.json``
+        (configs, schema, encoder, history; ``extra``: the estimator's state), ``model.safetensors``
+        (weights) and ``context.safetensors`` (the encoded context rows). No pickle; written aside
+        and renamed into place (an existing ``path`` raises :class:`FileExistsError` unless
+        ``overwrite``, and survives any failed save)."""
         if self.module is None or self.context is None:
             raise RuntimeError("nothing to save: the model is not fitted")
-        path = Path(path)
-        with atomic_directory(path, overwrite=overwrite) as tmp:
-            self._save_files(tmp, extra)
-        return path
+        # the rows (NPT), or only their encoding: then the saved model holds no training row
+        context = self.context.to_tensors(getattr(self.module, "state_to_tensors", None))
+        tensors = {"model.safetensors": module_tensors(self.module), "context.safetensors": context}
+        meta = {**self.state_dict(), "estimator": extra or {}}
+        return save_model_dir(path, "table", meta, tensors=tensors, overwrite=overwrite)
 
     def to_files(self) -> dict[str, bytes]:
         """The files :meth:`save` writes, as ``{name: bytes}``: a fitted learner shipped between
         processes (a Ray task's result) in the saved format, no pickle of live objects."""
         with tempfile.TemporaryDirectory(prefix="semiparam-learner-") as tmp:
-            self._save_files(Path(tmp), None)
-            return {f.name: f.read_bytes() for f in sorted(Path(tmp).iterdir())}
+            path = self.save(Path(tmp) / "learner")
+            return {f.name: f.read_bytes() for f in sorted(path.iterdir())}
 
     @classmethod
     def from_files(cls, files: dict[str, bytes], *, device: str | torch.device | None = None) -> TableLearner:
@@ -686,35 +673,19 @@ class TableLearner:
                 (Path(tmp) / Path(name).name).write_bytes(data)
             return cls.load(tmp, device=device)[0]
 
-    def _save_files(self, path: Path, extra: dict[str, Any] | None) -> Path:
-        weights = {k: v.detach().cpu().contiguous() for k, v in self.module.state_dict().items()}
-        save_file(weights, str(path / "model.safetensors"))
-        assert self.context is not None
-        # the rows (NPT), or only their encoding: then the saved model holds no training row
-        context = self.context.to_tensors(getattr(self.module, "state_to_tensors", None))
-        save_file(context, str(path / "context.safetensors"))
-        meta = self.state_dict()
-        meta["estimator"] = extra or {}
-        # checked on load: a tensor file changed after saving is refused, not run
-        meta["sha256"] = {name: file_sha256(path / name) for name in TENSOR_FILES}
-        (path / "semiparam.json").write_text(json.dumps(meta, indent=2, default=json_default))
-        return path
-
     @classmethod
     def load(
-        cls, path: str | Path, *, device: str | torch.device | None = None
+        cls, path: str | Path | SavedModel, *, device: str | torch.device | None = None
     ) -> tuple[TableLearner, dict[str, Any]]:
-        path = Path(path)
-        meta_file = path / "semiparam.json"
-        meta = read_model_meta(path)
-        if meta.get("format_version") != FORMAT_VERSION:
-            raise ModelFileError(f"{meta_file}: unsupported model format {meta.get('format_version')!r}")
+        """The learner :meth:`save` wrote to ``path`` (or read already), and the ``extra`` it was
+        saved with."""
+        saved = path if isinstance(path, SavedModel) else read_model_dir(path, "table")
+        meta = saved.meta
         config_cls, _ = get_model(meta["model_name"])
         learner = cls(
             meta["model_name"],
-            # a file saved before a key's rename spells it the old way (ALIASES): read silently
-            config_cls.from_dict(meta["model_config"], warn=False),
-            TrainConfig.from_dict(meta["train_config"], warn=False),
+            saved.config(config_cls, "model_config"),
+            saved.config(TrainConfig, "train_config"),
             device=device or available_device(meta["device"]),  # a GPU model loads on a CPU machine
             seed=meta["seed"],
         )
@@ -722,44 +693,15 @@ class TableLearner:
         learner.history = TrainHistory(**meta["history"])
         learner.temperatures = dict(meta.get("temperatures", {}))
         learner.validation_scores = dict(meta.get("validation_scores", {}))  # absent in older files
-        learner.module = learner._build_module()
-        verify_checksums(path, meta.get("sha256"))
-        weights_file = path / "model.safetensors"
-        try:
-            learner.module.load_state_dict(read_tensors(weights_file, load_file, device=str(learner.device)))
-        except RuntimeError as err:  # missing or mis-shaped tensors
-            raise ModelFileError(f"{weights_file}: weights do not match {meta_file}: {err}") from err
-        learner.module.eval()
+        learner.module = saved.load_weights(learner._build_module(), device=learner.device).eval()
         keeps_rows = learner.keeps_training_rows
         device = "cpu" if keeps_rows else str(learner.device)  # rows stay on the CPU until used
-        ctx = read_tensors(path / "context.safetensors", load_file, device=device)
         learner.context = PredictionContext.from_tensors(
-            ctx, keeps_rows=keeps_rows, state_from_tensors=getattr(learner.module, "state_from_tensors", None)
+            saved.tensors("context.safetensors", device=device),
+            keeps_rows=keeps_rows,
+            state_from_tensors=getattr(learner.module, "state_from_tensors", None),
         )
         return learner, meta["estimator"]
 
 
-TENSOR_FILES = ("model.safetensors", "context.safetensors")  # a saved learner's tensor files
-
-
-def read_model_meta(path: Path) -> dict[str, Any]:
-    """The ``semiparam.json`` of a saved model directory, as a dict; a clear error if absent or
-    not a JSON object."""
-    meta_file = Path(path) / "semiparam.json"
-    if not meta_file.exists():
-        raise FileNotFoundError(f"{path} is not a saved semiparam model (no semiparam.json)")
-    meta = read_json(meta_file)
-    if not isinstance(meta, dict):
-        raise ModelFileError(f"{meta_file}: expected a JSON object, got {type(meta).__name__}")
-    return meta
-
-
-def json_default(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    raise TypeError(f"cannot store {type(value).__name__} in JSON")
-
-
-__all__ = ["TableLearner", "DataValidationError", "read_model_meta", "resolve_device"]
+__all__ = ["TableLearner", "DataValidationError", "resolve_device"]

@@ -20,7 +20,6 @@ fitted state ends in ``_``.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -29,11 +28,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 import torch
-from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from .._config import ConfigError
-from .._io import ModelFileError, atomic_directory, read_json, read_tensors
 from ..data.task_collection import TaskCollection
 from ..data.tasks import TaskBatch
 from ..models.anp import ANPConfig, ANPModule
@@ -47,10 +44,8 @@ from ..training.device import resolve_device
 from ..training.np_loop import NPTrainConfig, NPTrainHistory, TaskSource, train_neural_process
 from ..training.seeding import seeded_build
 from ._np_inputs import ArrayLike, Tasks, check_samples, returns_numpy, validate_tasks
+from .model_dir import module_tensors, read_model_dir, save_model_dir
 
-FORMAT_VERSION = 1
-_META_FILE = "neural_process.json"
-_WEIGHTS_FILE = "model.safetensors"
 _DEFAULT_SAMPLES = 50  # latent draws when predicting or scoring (the paper evaluates with 50)
 
 NPModule = NeuralProcess | TNPDModule  # what the estimators build: the NP skeleton, or TNP-D
@@ -430,20 +425,13 @@ class NeuralProcessEstimator:
 
     # -- persistence --------------------------------------------------------------------------------
     def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
-        """Write ``neural_process.json`` (model name, configs, seed, history) and
-        ``model.safetensors`` (weights) into the directory ``path``. No pickle. Written aside and
-        renamed into place; an existing ``path`` raises :class:`FileExistsError` unless
-        ``overwrite``."""
+        """A model directory of kind ``neural-process`` (``estimators.model_dir``):
+        ``neural_process.json`` (model name, configs, seed, history) and ``model.safetensors``
+        (weights). No pickle. Written aside and renamed into place; an existing ``path`` raises
+        :class:`FileExistsError` unless ``overwrite``."""
         module = self._fitted()
-        final = Path(path)
-        with atomic_directory(final, overwrite=overwrite) as tmp:
-            self._save_files(tmp, module)
-        return final
-
-    def _save_files(self, path: Path, module: torch.nn.Module) -> Path:
         assert self.config_ is not None
         meta = {
-            "format_version": FORMAT_VERSION,
             "model": type(self).__name__,
             "config": self.config_.to_dict(),
             "train_config": None if self.train_config_ is None else self.train_config_.to_dict(),
@@ -451,48 +439,33 @@ class NeuralProcessEstimator:
             "seed": self.seed_,
             "history": None if self.history_ is None else self.history_.to_dict(),
         }
-        (path / _META_FILE).write_text(json.dumps(meta, indent=2))
-        weights = {k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()}
-        save_file(weights, str(path / _WEIGHTS_FILE))
-        return path
+        tensors = {"model.safetensors": module_tensors(module)}
+        return save_model_dir(path, "neural-process", meta, tensors=tensors, overwrite=overwrite)
 
     @classmethod
     def load(cls, path: str | Path, *, device: str | torch.device = "auto") -> NeuralProcessEstimator:
         """Read a model written by :meth:`save`. Called on this base class it returns whichever
         model was saved; on a subclass the saved model must be of that class."""
-        path = Path(path)
-        meta_file = path / _META_FILE
-        if not meta_file.exists():
-            raise FileNotFoundError(f"{path} is not a saved neural process (no {_META_FILE})")
-        meta = read_json(meta_file)
-        if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION:
-            meta = meta if isinstance(meta, dict) else {}
-            version = meta.get("format_version")
-            raise ModelFileError(f"{meta_file}: unsupported neural process format {version!r}")
-        saved = _MODELS.get(meta.get("model", ""))
-        if saved is None:
-            raise ValueError(f"unknown model {meta.get('model')!r} in {meta_file}; known: {sorted(_MODELS)}")
-        if cls is not NeuralProcessEstimator and saved is not cls:
-            raise ValueError(f"{path} holds a {saved.__name__}, not a {cls.__name__}")
-        config_fields = dict(meta["config"])
-        if issubclass(saved._config_cls, CIPNPConfig):
-            # saved before the read-out choice existed (the paper's form), or before readback_ff
-            # (a read-back with the MAB's 4x feed-forward)
-            config_fields.setdefault("readout", "inducing")
-            config_fields.setdefault("readback_ff", 4)
-            config_fields.setdefault("summary_encoder", "separate")  # saved before the option existed
-        config = saved._config_cls.from_dict(config_fields, warn=False)  # old keys: silently
-        estimator = saved(config, random_state=meta.get("random_state"), device=device)
-        module = estimator._build(config, seed=0)
-        weights_file = path / _WEIGHTS_FILE
-        try:
-            module.load_state_dict(read_tensors(weights_file, load_file, device=str(estimator.device)))
-        except RuntimeError as err:  # missing or mis-shaped tensors
-            raise ModelFileError(f"{weights_file}: weights do not match {meta_file}: {err}") from err
-        module.eval()
+        saved = read_model_dir(path, "neural-process")
+        meta = saved.meta
+        model = _MODELS.get(meta.get("model", ""))
+        if model is None:
+            raise ValueError(
+                f"unknown model {meta.get('model')!r} in {saved.meta_file}; known: {sorted(_MODELS)}"
+            )
+        if cls is not NeuralProcessEstimator and model is not cls:
+            raise ValueError(f"{path} holds a {model.__name__}, not a {cls.__name__}")
+        # saved before the read-out choice existed (the paper's form), before readback_ff (a
+        # read-back with the MAB's 4x feed-forward), or before summary_encoder
+        missing = {"readout": "inducing", "readback_ff": 4, "summary_encoder": "separate"}
+        if not issubclass(model._config_cls, CIPNPConfig):
+            missing = {}
+        config = saved.config(model._config_cls, "config", missing=missing)
+        estimator = model(config, random_state=meta.get("random_state"), device=device)
+        module = saved.load_weights(estimator._build(config, seed=0), device=estimator.device).eval()
         estimator.module_, estimator.config_, estimator.seed_ = module, config, meta.get("seed")
         if meta.get("train_config") is not None:
-            estimator.train_config_ = NPTrainConfig.from_dict(meta["train_config"], warn=False)
+            estimator.train_config_ = saved.config(NPTrainConfig, "train_config")
         if meta.get("history") is not None:
             estimator.history_ = NPTrainHistory(**meta["history"])
         return estimator

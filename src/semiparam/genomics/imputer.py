@@ -54,16 +54,15 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 import torch
-from safetensors.numpy import load_file as load_numpy
-from safetensors.numpy import save_file as save_numpy
 
 from .._config import ConfigError, legacy_keys
-from .._io import ModelFileError, atomic_directory, available_device, read_json, read_tensors
+from .._io import available_device, read_json
 from ..data.columns import CATEGORICAL
 from ..data.genotypes import HaplotypePanel, VariantSites
 from ..data.table import ColumnSpec, TableEncoder, TableSchema
 from ..estimators.base import canonical_model_options
 from ..estimators.learner import TableLearner, TrainConfig, resolve_device
+from ..estimators.model_dir import read_model_dir, save_model_dir
 from ..models.registry import get_model, model_names
 from ..parallel import check_backend, map_tasks
 from .copying import (
@@ -86,7 +85,6 @@ from .windows import (
     window_columns,
 )
 
-FORMAT_VERSION = 1
 COPYING = "copy"
 BASELINES = ("knn", COPYING)  # models without a trained network
 UNPHASED = ("phase", "match", "error")
@@ -346,10 +344,10 @@ class GenotypeImputer:
         values[tokens < 0] = np.nan
         return pd.DataFrame(values, columns=columns)
 
-    def _new_learner(self, seed: int) -> TableLearner:
+    def _new_learner(self, seed: int, verbose: bool = False) -> TableLearner:
         model_config, train_config = self._configs()
         return TableLearner(
-            self.model, model_config, train_config, device=self.device, seed=seed, verbose=False
+            self.model, model_config, train_config, device=self.device, seed=seed, verbose=verbose
         )
 
     def _fit_window(self, window: Window, index: int) -> TableLearner:
@@ -365,8 +363,7 @@ class GenotypeImputer:
     def _fit_shared(self) -> TableLearner:
         """One model for all windows: each step trains on a batch of one random window's rows."""
         schema = self._schema()
-        learner = self._new_learner(self.random_state)
-        learner.verbose = self.verbose
+        learner = self._new_learner(self.random_state, verbose=self.verbose)
         tables = [self._reference_tokens(w) for w in self.windows_]  # each (n_hap, d)
         encoder = TableEncoder.fit(self._frame(tables[0], schema.names), schema)
         device = learner.device
@@ -703,21 +700,15 @@ class GenotypeImputer:
         return params
 
     def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
-        """Write ``imputer.json`` (settings, sites, windows), ``reference.safetensors`` (the panel's
-        haplotypes, needed by "shared" and "knn" models, left out for per-window models that do not
-        keep training rows) and one model directory per window (or one shared). No pickle. Written
-        aside and renamed into place; an existing ``path`` raises :class:`FileExistsError` unless
-        ``overwrite``."""
+        """A model directory of kind ``genotype-imputer`` (``estimators.model_dir``):
+        ``imputer.json`` (settings, sites, windows), ``reference.safetensors`` (the panel's
+        haplotypes, needed by "shared" and "knn" models, left out for per-window models that do
+        not keep training rows) and one model directory per window (or one shared). No pickle.
+        Written aside and renamed into place; an existing ``path`` raises
+        :class:`FileExistsError` unless ``overwrite``."""
         self._check_fitted()
-        final = Path(path)
-        with atomic_directory(final, overwrite=overwrite) as tmp:
-            self._save_files(tmp)
-        return final
-
-    def _save_files(self, path: Path) -> Path:
         s = self.sites_
         meta = {
-            "format_version": FORMAT_VERSION,
             "params": {
                 **self.get_params(),
                 "genetic_map": None if self.genetic_map is None else str(self.genetic_map),
@@ -739,26 +730,22 @@ class GenotypeImputer:
             "neighbors": getattr(self, "neighbors_", None),
             "fit_seconds": self.fit_seconds_,
         }
-        (path / "imputer.json").write_text(json.dumps(meta))
+        tensors = {}
         if self._needs_reference():
-            save_numpy(
-                {"haplotypes": np.ascontiguousarray(self.reference_)}, str(path / "reference.safetensors")
-            )
-        for k, learner in enumerate(self.learners_):
-            learner.save(path / (f"window_{k:05d}" if self.mode == "per_window" else "shared"))
-        return path
+            tensors["reference.safetensors"] = {"haplotypes": np.ascontiguousarray(self.reference_)}
+        parts = {
+            f"window_{k:05d}" if self.mode == "per_window" else "shared": learner.save
+            for k, learner in enumerate(self.learners_)
+        }
+        return save_model_dir(
+            path, "genotype-imputer", meta, tensors=tensors, parts=parts, overwrite=overwrite
+        )
 
     @classmethod
     def load(cls, path: str | Path, *, device: str | None = None) -> GenotypeImputer:
         """Load an imputer written by :meth:`save`."""
-        path = Path(path)
-        meta_file = path / "imputer.json"
-        if not meta_file.exists():
-            raise FileNotFoundError(f"{path} is not a saved GenotypeImputer (no imputer.json)")
-        meta = read_json(meta_file)
-        if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION:
-            meta = meta if isinstance(meta, dict) else {}
-            raise ModelFileError(f"{meta_file}: unsupported imputer format {meta.get('format_version')!r}")
+        saved = read_model_dir(path, "genotype-imputer")
+        path, meta = saved.path, saved.meta
         params = dict(meta["params"])
         # saved before a key's rename (ALIASES): the options as they are spelt now, silently
         params["model_options"] = canonical_model_options(
@@ -785,8 +772,8 @@ class GenotypeImputer:
         imp.fit_seconds_ = meta["fit_seconds"]
         if meta["neighbors"] is not None:
             imp.neighbors_ = int(meta["neighbors"])
-        ref_file = path / "reference.safetensors"
-        imp.reference_ = read_tensors(ref_file, load_numpy)["haplotypes"] if ref_file.exists() else None
+        has_reference = (path / "reference.safetensors").exists()
+        imp.reference_ = saved.arrays("reference.safetensors")["haplotypes"] if has_reference else None
         if imp.reference_ is None and imp._needs_reference():
             raise FileNotFoundError(f"{path} lacks reference.safetensors, which this imputer needs")
         imp.learners_ = []

@@ -239,7 +239,7 @@ class TrainConfig(FrozenConfig):
         the paper trains its small tables (up to a few thousand rows) in one full batch; a step's
         row attention costs the square of its rows, and on the development suite's 1,100-1,600-row
         tables batches of 512 cost no quality beyond the split-to-split noise while fits took a
-        fraction of the time (``benchmarks/results/speed_study/``, tag ``batch512``); on the
+        fraction of the time (a speed study retired with its report, in the git history); on the
         700-900-row tables, where batches save little, concrete lost (so they stay whole). While
         a larger table trains, its validation loss reads a stratified sample of 1,024 of the
         training rows as context (``validation_context_rows``)."""
@@ -251,8 +251,8 @@ class TrainConfig(FrozenConfig):
             # each ran fewer steps with no score moved beyond the split-to-split noise over the
             # development suite's 14 tables x 3 splits (benchmarks/results/fit_cost.md, "quality
             # held"); a quarter had once left the best checkpoint of most members on the small
-            # regression tables at the last step (benchmarks/results/ablations/), under the
-            # settings of that time
+            # regression tables at the last step (a retired ablation, in the git history), under
+            # the settings of that time
             anneal_fraction=0.2,
             max_steps=2000,
             eval_every=10,

@@ -10,7 +10,8 @@ JSON and, with matplotlib, a figure):
 - :func:`deletion_test`: data deletion (Algorithm 2) with the paper's one-sided Wilcoxon tests, and
   the deletion curve (rows removed in order of attention against random order).
 
-``semiparam analyze corruption|lookup|deletion`` runs them from the command line.
+``semiparam analyze corruption|lookup|deletion`` runs them from the command line; they live beside
+the explanations they are built on (:mod:`.explain`), and :mod:`semiparam.bench` re-exports them.
 """
 
 from __future__ import annotations
@@ -24,11 +25,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .._provenance import code_hash, machine_info
 from ..data.columns import CATEGORICAL
 from ..data.table import EncodedTable
-from ..estimators.explain import Explainer, corrupted_predictions, hide_column
-from ..estimators.learner import json_default
-from .measure import code_hash, machine_info
+from .explain import Explainer, corrupted_predictions, hide_column
+from .model_dir import json_default
 
 # The NPT paper's Table 2 (spec-npt 5.7): change after corruption, accuracy in percentage points
 # for classification, (RMSE_clean - RMSE_corrupt) / RMSE_clean in % for regression.
