@@ -163,6 +163,16 @@ def report(
         + ". Scores: RMSE (regression) or log loss (classification), lower is better; ranks among "
         "the prior-fitted and the compared models per (table, split). Seconds: fit and predict, 2 threads.",
     ]
+    run = f"python benchmarks/pretrained_eval.py --reference {reference}" + (
+        f" --views {views}" if views else ""
+    )
+    made = [f"`{run} --speed` (the timing)", f"`{run}` (zero-shot)"]
+    if tuned := sorted({r["table"] for r in by_variant["fine_tuned"][0]}):
+        splits = 1 + max(r["split"] for r in by_variant["fine_tuned"][0])
+        made.append(
+            f"`{run} --variants fine_tuned --splits {splits} --tables {','.join(tuned)}` (fine-tuned)"
+        )
+    lines += ["", "Made by " + "; ".join(made) + ", in this order, alone on the machine."]
     if sp:
         lines += [
             "",
