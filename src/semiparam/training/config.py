@@ -222,7 +222,8 @@ class TrainConfig(FrozenConfig):
         setting) the corruption test found the model ignoring other rows. These values come
         from short trials on the development suite (``benchmarks/devsuite.py``; compare a change
         with ``benchmarks/tabular_defaults.py --set``), and
-        ``benchmarks/results/tabular_defaults.md`` shows how they compare with gradient boosting.
+        ``benchmarks/results/pretrained/reference/tabular_defaults.md`` shows how they compare with
+        gradient boosting over the suite's 32 tables and 3 splits.
 
         Feature cells are masked with probability 0.05, not the paper's 0.15: of the single
         changes scored over three seeds each (an Optuna study of single changes, seeds 0-2 and
@@ -296,9 +297,9 @@ class TrainConfig(FrozenConfig):
         20%), with the feature-loss weight starting
         at 0.5 (spec-spin section 3.1). With an anneal of a quarter, the best checkpoint of every
         member on yacht and of most on diamonds was the last step or next to it, as NPT's had
-        been (the stopping table of ``benchmarks/results/tabular_defaults.md``). Tables of more
-        than 1,024 training rows train in batches of 512 rows, as NPT's (``benchmarks/results/
-        speed_study/``, tags ``spin512`` and ``default``)."""
+        been (the stopping table of a report since retired, in the git history). Tables of more
+        than 1,024 training rows train in batches of 512 rows, as NPT's (a speed study retired with
+        its report, in the git history)."""
         return cls.cpu().replace(tradeoff_start=0.5, p_feature=0.15, anneal_fraction=0.3)
 
     @classmethod
