@@ -131,6 +131,15 @@ def test_np_fit_then_np_predict(tmp_path, capsys):
     assert main(["np-predict", str(run), str(tmp_path / "context.csv"), str(tmp_path / "bad.csv")]) == 2
 
 
+def test_np_cli_models_are_the_neural_process_registry() -> None:
+    """np-fit's --model choices are the registry's names in lower case, each naming its class."""
+    from semiparam.cli.np_cli import MODELS, _model_class
+    from semiparam.estimators.neural_process import NEURAL_PROCESSES
+
+    assert sorted(MODELS) == sorted(name.lower() for name in NEURAL_PROCESSES)
+    assert all(_model_class(m).__name__.lower() == m for m in MODELS)
+
+
 def test_overrides_read_toml_values_and_none() -> None:
     from semiparam._config import parse_override
 

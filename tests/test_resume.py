@@ -50,16 +50,14 @@ class KillAt(Exception):
 
 def kill_after_step(monkeypatch: pytest.MonkeyPatch, at_step: int) -> None:
     """Make the training loop die (as a kill would) right after step ``at_step``'s checkpoint."""
-    from semiparam.training import trainer as trainer_module
-
-    real = trainer_module.TrainingCheckpoint.write
+    real = TrainingCheckpoint.write
 
     def write(self: TrainingCheckpoint, state: dict) -> None:
         real(self, state)
         if not state["finished"] and state["step"] >= at_step:
             raise KillAt(state["step"])
 
-    monkeypatch.setattr(trainer_module.TrainingCheckpoint, "write", write)
+    monkeypatch.setattr(TrainingCheckpoint, "write", write)
 
 
 @pytest.mark.parametrize("n_estimators", [1, 2])
@@ -129,6 +127,19 @@ def test_a_killed_subprocess_resumes_to_the_uninterrupted_result(tmp_path: Path)
     subprocess.run([*run, str(ckpt), "resume", str(tmp_path / "resumed.npy")], check=True)
     subprocess.run([*run, "-"], check=True)
     np.testing.assert_array_equal(np.load(tmp_path / "resumed.npy"), np.load(tmp_path / "whole.npy"))
+
+
+def test_fingerprints_keep_their_values() -> None:
+    """Work stored by an earlier version (a training checkpoint, a genotype run's windows, benchmark
+    records) is reused only while the same inputs give the same fingerprint: the values from before
+    every fingerprint went through ``_io.digest``."""
+    from semiparam._io import digest
+    from semiparam.training.checkpoint import fingerprint
+
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    got = fingerprint(a, a[:, ::2], {"b": 1, "a": [1, 2]}, "text", None)
+    assert got == "dd36443007b0092e4e080452d59bb480264a74071ea14585094e01f168f3eaf5"
+    assert digest({"b": 1, "a": (1, 2)}, length=12) == "3813f9409eb0"
 
 
 def test_resume_refuses_a_checkpoint_of_other_data_settings_or_seed(

@@ -112,12 +112,12 @@ def test_estimator_save_refuses_overwrite_and_failed_save_leaves_nothing(
         clf.save(path)
     assert {p.name: p.read_bytes() for p in path.iterdir()} == before
 
-    import semiparam.estimators.model_dir as engine  # writes the tensor files of every saved model
+    import semiparam.estimators.model_dir as model_dir  # writes the tensor files of every saved model
 
     def fail(*args: object, **kwargs: object) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(engine, "save_file", fail)
+    monkeypatch.setattr(model_dir, "save_file", fail)
     with pytest.raises(OSError, match="disk full"):
         clf.save(path, overwrite=True)
     with pytest.raises(OSError, match="disk full"):

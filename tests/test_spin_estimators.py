@@ -134,7 +134,7 @@ def test_gaussian_regressor_round_trip(tmp_path):
 
 
 def test_chunked_encoding_path_equals_one_pass():
-    """The engine's streamed encoding (chunks of 7 rows) predicts as the one-pass encoding."""
+    """The learner's streamed encoding (chunks of 7 rows) predicts as the one-pass encoding."""
     X, y = _blobs(150)
     X_test, _ = _blobs(30, seed=4)
     one = SPINRegressor(**{**FAST, "model_options": {**TINY_SPIN, "encode_chunk_rows": 10_000}})

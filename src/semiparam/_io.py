@@ -14,6 +14,7 @@ import json
 import os
 import secrets
 import shutil
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -166,6 +167,28 @@ def available_device(saved: str) -> str:
     return str(dev)
 
 
+def digest(*parts: Any, length: int | None = None) -> str:
+    """The SHA-256 (hex, its first ``length`` digits when given) of ``parts`` in order, each as
+    bytes: ``bytes`` as they are, ``str`` as UTF-8, numpy arrays by their bytes in C order, anything
+    else as JSON with sorted keys (``default=str``). The one hash behind the library's fingerprints
+    (training checkpoints, genotype-imputation runs, benchmark records): what a stored piece of
+    work was made from, so that a resumed run reuses it only for the same inputs. Its values never
+    change, so work stored by an earlier version still resumes."""
+    h = hashlib.sha256()
+    np = sys.modules.get("numpy")  # an array can only be one when numpy is loaded
+    for part in parts:
+        if isinstance(part, bytes):
+            h.update(part)
+        elif isinstance(part, str):
+            h.update(part.encode())
+        elif np is not None and isinstance(part, np.ndarray):
+            h.update(np.ascontiguousarray(part).tobytes())
+        else:
+            h.update(json.dumps(part, sort_keys=True, default=str).encode())
+    text = h.hexdigest()
+    return text if length is None else text[:length]
+
+
 def file_sha256(path: str | Path) -> str:
     """The SHA-256 of a file's bytes, as hex."""
     digest = hashlib.sha256()
@@ -198,6 +221,7 @@ __all__ = [
     "atomic_directory",
     "atomic_file",
     "available_device",
+    "digest",
     "file_sha256",
     "read_json",
     "read_tensors",

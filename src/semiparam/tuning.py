@@ -41,6 +41,7 @@ import pandas as pd
 
 from ._config import ConfigError, read_settings_file
 from ._io import atomic_file
+from .parallel import BACKENDS  # where independent work runs: serial (Optuna here) or Ray (Ray Tune)
 
 try:  # the search runs on Optuna: pip install 'semiparam[tune]'
     import optuna
@@ -74,7 +75,6 @@ SEARCH_SPACES: dict[str, dict[str, tuple[str, Any]]] = {
     },
 }
 KINDS = ("categorical", "float", "log_float", "int")
-BACKENDS = ("serial", "ray")
 FILES = ("trials.csv", "best.toml", "tune.json")
 
 

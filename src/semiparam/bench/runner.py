@@ -9,7 +9,6 @@ where it stopped), and returns the aggregated results that :mod:`semiparam.bench
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 import os
@@ -22,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from .._io import digest
 from .baselines import BASELINES, FoldData
 from .measure import code_hash, library_version, machine_info, measure
 from .models import TableModelSpec, model_title, model_unavailable_reason, run_table_model
@@ -64,9 +64,7 @@ class SuitePlan:
         return dataclasses.asdict(self)
 
     def fingerprint(self) -> str:
-        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True, default=str).encode()).hexdigest()[
-            :12
-        ]
+        return digest(self.to_dict(), length=12)
 
 
 def _table_spec(plan: SuitePlan, dplan: DatasetPlan, model: str) -> TableModelSpec:
@@ -116,8 +114,7 @@ def _record_fingerprint(plan: SuitePlan, dplan: DatasetPlan, model: str) -> str:
         setting["library_version"] = library_version(BASELINES[model].requires or "sklearn")
         # the search (spaces, sampler, preprocessing) is semiparam's code: its changes make it stale
         setting["search_code"] = code_hash(modules=("semiparam.bench.baselines",))
-    text = json.dumps(setting, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
+    return digest(setting, length=12)
 
 
 def _read_records(path: Path) -> dict[tuple[str, str, int, str], dict[str, Any]]:

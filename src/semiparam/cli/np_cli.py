@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     pass
 
+# the names of estimators.neural_process.NEURAL_PROCESSES in lower case, written out so that building
+# the parser imports no torch (tests/test_cli.py checks they match)
 MODELS = ("cipnp", "ipnp", "canp", "anp", "banp", "tnpd")
 RUN_FILE = "np_run.json"
 
@@ -74,16 +76,9 @@ def _columns(text: str) -> list[str]:
 
 
 def _model_class(name: str) -> Any:
-    from .. import neural_processes as nps
+    from ..estimators.neural_process import NEURAL_PROCESSES
 
-    return {
-        "cipnp": nps.CIPNP,
-        "ipnp": nps.IPNP,
-        "canp": nps.CANP,
-        "anp": nps.ANP,
-        "banp": nps.BANP,
-        "tnpd": nps.TNPD,
-    }[name]
+    return NEURAL_PROCESSES[name.upper()]
 
 
 def cmd_np_fit(args: argparse.Namespace) -> int:

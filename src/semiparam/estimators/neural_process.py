@@ -448,10 +448,10 @@ class NeuralProcessEstimator:
         model was saved; on a subclass the saved model must be of that class."""
         saved = read_model_dir(path, "neural-process")
         meta = saved.meta
-        model = _MODELS.get(meta.get("model", ""))
+        model = NEURAL_PROCESSES.get(meta.get("model", ""))
         if model is None:
             raise ValueError(
-                f"unknown model {meta.get('model')!r} in {saved.meta_file}; known: {sorted(_MODELS)}"
+                f"unknown model {meta.get('model')!r} in {saved.meta_file}; known: {sorted(NEURAL_PROCESSES)}"
             )
         if cls is not NeuralProcessEstimator and model is not cls:
             raise ValueError(f"{path} holds a {model.__name__}, not a {cls.__name__}")
@@ -533,7 +533,9 @@ class TNPD(NeuralProcessEstimator):
     _module_cls = TNPDModule
 
 
-_MODELS: dict[str, type[NeuralProcessEstimator]] = {
+# The neural processes by name: the one registry of them (saved models name theirs; the command
+# line's --model is the name in lower case)
+NEURAL_PROCESSES: dict[str, type[NeuralProcessEstimator]] = {
     c.__name__: c for c in (CIPNP, IPNP, CANP, ANP, BANP, TNPD)
 }
 

@@ -253,7 +253,7 @@ class PriorFittedLearner:
                 return float(task_loss(set_training(self.module, False), validation))
 
         config = PretrainConfig(learning_rate=FINE_TUNE_LR)
-        engine = TrainConfig.cpu().replace(
+        engine_config = TrainConfig.cpu().replace(
             max_steps=self.fine_tune_steps,
             learning_rate=FINE_TUNE_LR,
             time_budget=self.time_budget,
@@ -262,11 +262,13 @@ class PriorFittedLearner:
         )
         callbacks = [
             ProgressBar(self.verbose, f"fine-tuning the pretrained NPT on {self.device}"),
-            BestCheckpoint(engine.patience, engine.smoothing),
+            BestCheckpoint(engine_config.patience, engine_config.smoothing),
         ]
         start_loss = evaluate()
         start = {k: v.detach().clone() for k, v in self.module.state_dict().items()}
-        trainer = PriorTrainer(self.module, config, engine.max_steps, callbacks, engine_config=engine)
+        trainer = PriorTrainer(
+            self.module, config, engine_config.max_steps, callbacks, engine_config=engine_config
+        )
         history = trainer.fit(batch, evaluate)
         if history.best_val_loss is None or not history.best_val_loss < start_loss:
             self.module.load_state_dict(start)

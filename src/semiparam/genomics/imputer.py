@@ -40,7 +40,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-import hashlib
 import json
 import math
 import os
@@ -56,7 +55,7 @@ import pandas as pd
 import torch
 
 from .._config import ConfigError, legacy_keys
-from .._io import available_device, read_json
+from .._io import available_device, digest, read_json
 from ..data.columns import CATEGORICAL
 from ..data.genotypes import HaplotypePanel, VariantSites
 from ..data.table import ColumnSpec, TableEncoder, TableSchema
@@ -519,14 +518,11 @@ class GenotypeImputer:
 
     def _run_fingerprint(self, alleles: np.ndarray, phased: np.ndarray) -> str:
         """What a window checkpoint must match: the inputs, the settings and the fitted state."""
-        h = hashlib.sha256()
-        for array in (alleles, phased, self.typed_, self.cm_):
-            h.update(np.ascontiguousarray(array).tobytes())
+        arrays = [np.asarray(a) for a in (alleles, phased, self.typed_, self.cm_)]
         fitted = {"copying": dataclasses.asdict(self.copying_), "windows": len(self.windows_)}
-        h.update(json.dumps([self._fingerprint_params(), fitted], sort_keys=True, default=str).encode())
-        if self.learners_:
-            h.update(str(getattr(self, "fit_seconds_", "")).encode())  # one fitted model, not another
-        return h.hexdigest()[:32]
+        # one fitted model, not another
+        fitted_at = [str(getattr(self, "fit_seconds_", ""))] if self.learners_ else []
+        return digest(*arrays, [self._fingerprint_params(), fitted], *fitted_at, length=32)
 
     def impute_haplotypes(self, haplotypes: np.ndarray) -> np.ndarray:
         """Phased convenience form: ``haplotypes (n_sites, n_haplotypes)`` (0/1, -1 unknown) ->

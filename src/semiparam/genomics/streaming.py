@@ -20,7 +20,6 @@ slightly different window than in one pass.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import os
 import time
@@ -30,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from .._io import digest
 from .._measure import peak_rss_mb as peak_memory_mb
 from ..data.genotypes import GenotypeData, HaplotypePanel, ReadReport, VariantSites, VCFError
 from ..data.vcf import iter_reference_panel
@@ -112,18 +112,17 @@ def _fingerprint(
     chunk_sites: int,
     region: str | None,
 ) -> str:
-    h = hashlib.sha256()
     stat = reference.stat()
-    h.update(
-        json.dumps([str(reference.resolve()), stat.st_size, stat.st_mtime_ns, region, chunk_sites]).encode()
+    return digest(
+        [str(reference.resolve()), stat.st_size, stat.st_mtime_ns, region, chunk_sites],
+        params,
+        sorted(array) if array is not None else None,
+        target.sites.keys(),
+        list(target.samples),
+        np.asarray(target.alleles),
+        np.asarray(target.phased),
+        length=32,
     )
-    h.update(json.dumps(params, sort_keys=True, default=str).encode())
-    h.update(json.dumps(sorted(array) if array is not None else None).encode())
-    h.update(json.dumps(target.sites.keys()).encode())
-    h.update(json.dumps(target.samples).encode())
-    h.update(np.ascontiguousarray(target.alleles).tobytes())
-    h.update(np.ascontiguousarray(target.phased).tobytes())
-    return h.hexdigest()[:32]
 
 
 def impute_streamed(

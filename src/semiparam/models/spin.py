@@ -215,7 +215,7 @@ class SPIN(nn.Module):
     query rows from the encoding alone (:meth:`forward_queries`).
     """
 
-    # The engine (estimators.learner.TableLearner) keeps only the encoding, never the rows.
+    # The learner (estimators.learner.TableLearner) keeps only the encoding, never the rows.
     keeps_training_rows = False
     dropout_generator: torch.Generator | None = None  # replayed by checkpointed blocks (nn.dropout)
 

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._io import ModelFileError
+from .._io import ModelFileError, digest
 
 STATE_FILE = "state.pt"
 FORMAT = "semiparam-train-checkpoint-1"
@@ -42,16 +42,17 @@ class CheckpointMismatchError(ValueError):
 
 
 def fingerprint(*parts: Any) -> str:
-    """sha256 of the given arrays (shape, dtype and bytes) and JSON-able objects, in order."""
-    h = hashlib.sha256()
+    """sha256 of the given arrays (shape, dtype and bytes) and JSON-able objects, in order
+    (:func:`semiparam._io.digest` of each part, an array's shape and dtype before it, each part
+    ended by a zero byte)."""
+    chunks: list[Any] = []
     for part in parts:
         if isinstance(part, np.ndarray):
-            h.update(repr((part.shape, str(part.dtype))).encode())
-            h.update(np.ascontiguousarray(part).tobytes())
-        else:
-            h.update(json.dumps(part, sort_keys=True, default=str).encode())
-        h.update(b"\0")
-    return h.hexdigest()
+            chunks += [repr((part.shape, str(part.dtype))), part]
+        else:  # as JSON even when a string (digest would take a str's bytes as they are)
+            chunks.append(json.dumps(part, sort_keys=True, default=str))
+        chunks.append(b"\0")
+    return digest(*chunks)
 
 
 class TrainingCheckpoint:

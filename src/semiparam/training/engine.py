@@ -8,12 +8,14 @@ progress bar), resumable checkpoints of the whole state and the non-finite-loss 
 between models is one method, :meth:`Engine.step_loss`: the loss of one batch. The table models'
 :class:`~semiparam.training.trainer.Trainer` computes it by masked reconstruction (and splits a step
 into row shards); the neural processes' :class:`~semiparam.training.np_loop.NPTrainer` by the
-model's own objective on a batch of tasks. Each step: draw a batch, ``step_loss``, set the step's
-learning rate, backward, clip, optimiser step.
+model's own objective on a batch of tasks. Each step (:meth:`Engine.train_step`, the one step of
+every model): draw a batch, set the step's learning rate, ``step_loss`` and backward (or, over row
+shards, the shards' accumulated gradients), clip, optimiser step.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
@@ -227,6 +229,11 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def _stateful(source: Any) -> bool:
+    """Whether a batch source has a random state to checkpoint (``state_dict``/``load_state_dict``)."""
+    return hasattr(source, "state_dict") and hasattr(source, "load_state_dict")
+
+
 class BatchSource(Protocol):
     """``source(step) -> batch``: the caller's batch drawing. A source with ``state_dict`` and
     ``load_state_dict`` (its random generator, the rest of its epoch) is checkpointed with the
@@ -269,6 +276,9 @@ class Engine:
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = optimizer if optimizer is not None else build_optimizer(self.params, config)
         self.start_step = 0  # > 0 when resumed from a checkpoint
+        # the module a step switches to training mode (the table models' DistributedDataParallel
+        # wrapper when there is one)
+        self.train_root: nn.Module = model
 
     def step_loss(self, batch: Any, step: int) -> tuple[Tensor, dict[str, float]]:
         """The loss of ``batch`` at ``step`` (the model in training mode) and its statistics, at
@@ -276,17 +286,28 @@ class Engine:
         raise NotImplementedError
 
     def train_step(self, batch: Any, step: int) -> dict[str, float]:
-        """One optimiser step on ``batch``; returns the step's statistics (``loss``, ``lr``, ...)."""
-        set_training(self.model)
-        loss, stats = self.step_loss(batch, step)
+        """One optimiser step on ``batch``, the one training step of every model: set the step's
+        learning rate, form the gradients (:meth:`gradients`), clip, step; returns the step's
+        statistics (``loss``, ``lr``, ...)."""
+        set_training(self.train_root)
         lr = self.set_learning_rate(step)
         self.optimizer.zero_grad(set_to_none=True)
-        if loss.requires_grad:
-            loss.backward()
+        stats, stepped = self.gradients(batch, step)
+        if stepped:
             clip_gradients(self.params, self.config)
             self.optimizer.step()
         stats["lr"] = lr
         return stats
+
+    def gradients(self, batch: Any, step: int) -> tuple[dict[str, float], bool]:
+        """Accumulate the gradients of ``batch``'s loss (:meth:`step_loss`, backward); returns the
+        step's statistics and whether there are gradients to step on (a loss of no parameter,
+        e.g. a batch with nothing to score, has none). The table models' row shards override it."""
+        loss, stats = self.step_loss(batch, step)
+        if not loss.requires_grad:
+            return stats, False
+        loss.backward()
+        return stats, True
 
     def set_learning_rate(self, step: int) -> float:
         lr = self.learning_rate(step)
@@ -314,6 +335,17 @@ class Engine:
                 callbacks=[cb.state_dict() for cb in self.callbacks],
             )
             state.update(self._rng_state())
+        return state
+
+    def checkpoint_state(
+        self, step: int, seconds: float, source: Any = None, *, finished: bool = False
+    ) -> dict[str, Any]:
+        """What a training checkpoint holds after ``step`` (the one writer of it: :meth:`fit`,
+        and pretraining's checkpoints): :meth:`state_dict` and, unless ``finished``, the batch
+        source's state when it has one (``sampler``), which :meth:`fit` puts back on resuming."""
+        state = self.state_dict(step, seconds, finished=finished)
+        if not finished and _stateful(source):
+            state["sampler"] = source.state_dict()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -464,7 +496,13 @@ class Engine:
         once more at the end) with the engine's state and, when the batch source has one, the
         source's; ``resume`` is such a state to continue from. A finished state returns its
         history at once."""
-        return self._fit(next_batch, evaluate, checkpoint, resume)
+        with self.fitting():
+            return self._fit(next_batch, evaluate, checkpoint, resume)
+
+    def fitting(self) -> contextlib.AbstractContextManager:
+        """What holds while :meth:`fit` runs (the table models: the model's dropout drawing from
+        the fit's own generator); nothing here."""
+        return contextlib.nullcontext()
 
     def _fit(
         self,
@@ -474,22 +512,19 @@ class Engine:
         resume: dict[str, Any] | None,
     ) -> TrainHistory:
         c = self.config
-        stateful = hasattr(next_batch, "state_dict") and hasattr(next_batch, "load_state_dict")
         seconds_before = 0.0
         if resume is not None:
             self.load_state_dict(resume)
             if resume["finished"]:
                 return self.history
-            if stateful:
+            if _stateful(next_batch):
                 next_batch.load_state_dict(resume["sampler"])  # type: ignore[attr-defined]
             seconds_before = float(resume["seconds"])
         start = time.perf_counter() - seconds_before
 
         def snapshot(step: int, finished: bool = False) -> None:
             assert checkpoint is not None
-            state = self.state_dict(step, time.perf_counter() - start, finished=finished)
-            if not finished and stateful:
-                state["sampler"] = next_batch.state_dict()  # type: ignore[attr-defined]
+            state = self.checkpoint_state(step, time.perf_counter() - start, next_batch, finished=finished)
             if self.group.is_main:  # the processes hold the same state; the first writes it
                 checkpoint.write(state)
 

@@ -305,8 +305,7 @@ class _Checkpointing(Callback):
         self.checkpoint, self.source, self.ledger = checkpoint, source, ledger
 
     def write(self, trainer: Engine, step: int) -> None:
-        state = trainer.state_dict(step, self.ledger.seconds())
-        state["sampler"] = self.source.state_dict()
+        state = trainer.checkpoint_state(step, self.ledger.seconds(), self.source)
         state["extra"] = self.ledger.extra()
         self.checkpoint.write(state)
 

@@ -9,7 +9,7 @@ step, then set the next step's learning rate and feature-loss weight. Every ``ev
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,15 +18,13 @@ from torch import Tensor, nn
 
 from ..nn.columns import ColumnLayout, ColumnOutputs
 from ..nn.dropout import set_dropout_generator
-from ..nn.modes import set_training
-from .checkpoint import TrainingCheckpoint, rng_state, set_rng_state
+from .checkpoint import rng_state, set_rng_state
 from .config import TrainConfig
 from .device import autocast, autocast_dtype
 from .distributed import ProcessGroup, Shard, current_group, shard_rows
 from .engine import BatchSource, BestCheckpoint, Callback, CostWarning, Engine, ProgressBar, TrainHistory
 from .losses import npt_loss
 from .masking import MaskedBatch, MaskingPolicy, mask_for_training
-from .optim import clip_gradients
 from .schedules import cosine_tradeoff
 
 __all__ = [
@@ -151,6 +149,7 @@ class Trainer(Engine):
             self.ddp = DistributedDataParallel(
                 model, device_ids=[device] if device.type == "cuda" else None, broadcast_buffers=False
             )
+            self.train_root = self.ddp
 
     def step_loss(self, batch: Batch, step: int) -> tuple[Tensor, dict[str, float]]:
         masked = mask_batch(batch, self.target_columns, self.cardinalities, self.policy, self.generator)
@@ -167,22 +166,19 @@ class Trainer(Engine):
             batch.row_weights(),
         )
 
-    def train_step(self, batch: Batch, step: int) -> dict[str, float]:
+    def gradients(self, batch: Batch, step: int) -> tuple[dict[str, float], bool]:
         if self.n_shards > 1 or self.ddp is not None:
-            return self._sharded_step(batch, step)
-        return super().train_step(batch, step)
+            return self._sharded_gradients(batch, step), True
+        return super().gradients(batch, step)
 
     def tradeoff(self, step: int) -> float:
         return feature_weight(self.config, step)
 
-    def _sharded_step(self, batch: Batch, step: int) -> dict[str, float]:
-        """One step over this process's shards of ``batch``: the gradients of the shard losses
+    def _sharded_gradients(self, batch: Batch, step: int) -> dict[str, float]:
+        """The gradients of this process's shards of ``batch``: the gradients of the shard losses
         accumulate (each divided by the shards here), DistributedDataParallel averages them over
-        the processes, then every process takes the same optimiser step."""
+        the processes, so that every process then takes the same optimiser step."""
         module = self.ddp if self.ddp is not None else self.model
-        set_training(module)
-        lr = self.set_learning_rate(step)
-        self.optimizer.zero_grad(set_to_none=True)
         n_local = len(self.shards)
         totals: dict[str, float] = {}
         for k, shard in enumerate(self.shards):
@@ -214,10 +210,7 @@ class Trainer(Engine):
             for key, value in stats.items():
                 totals[key] = totals.get(key, 0.0) + value / n_local
         set_dropout_generator(self.model, self.dropout_generator)
-        clip_gradients(self.params, self.config)
-        self.optimizer.step()
         totals["loss"] = self.group.mean(totals["loss"])
-        totals["lr"] = lr
         return totals
 
     def _rng_state(self) -> dict[str, Any]:
@@ -245,17 +238,11 @@ class Trainer(Engine):
                 state["shard_rng"][sh.index], {"masking": sh.generator, "dropout": sh.dropout_generator}
             )
 
-    def fit(
-        self,
-        next_batch: BatchSource,
-        evaluate: Callable[[], float] | None = None,
-        *,
-        checkpoint: TrainingCheckpoint | None = None,
-        resume: dict[str, Any] | None = None,
-    ) -> TrainHistory:
-        """:meth:`Engine.fit`, with the model's dropout drawing from ``dropout_generator``."""
+    @contextlib.contextmanager
+    def fitting(self) -> Iterator[None]:
+        """:meth:`Engine.fit` runs with the model's dropout drawing from ``dropout_generator``."""
         set_dropout_generator(self.model, self.dropout_generator)
         try:
-            return super().fit(next_batch, evaluate, checkpoint=checkpoint, resume=resume)
+            yield
         finally:
             set_dropout_generator(self.model, None)
