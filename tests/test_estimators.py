@@ -274,3 +274,14 @@ def test_categorical_override_and_inference(mixed_frame):
         "count": "categorical",
         "__target__": "categorical",
     }
+
+
+def test_resolved_configs_apply_the_options_and_arguments_a_fit_would_use():
+    from semiparam import NPTClassifier
+
+    model_config, train_config = NPTClassifier(
+        max_steps=7, model_options={"n_blocks": 2}, train_options={"eval_every": 3}
+    ).resolved_configs()
+    assert (model_config.n_blocks, train_config.max_steps, train_config.eval_every) == (2, 7, 3)
+    with pytest.raises(ValueError, match="max_steps"):  # one setting given twice
+        NPTClassifier(max_steps=7, train_options={"max_steps": 9}).resolved_configs()

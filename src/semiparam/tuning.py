@@ -101,7 +101,7 @@ def _resolved_configs(
         model_options=dict(model_options) if model_options else None,
         train_options=dict(train_options) if train_options else None,
     )
-    return estimator._configs()
+    return estimator.resolved_configs()
 
 
 def check_search_space(space: Mapping[str, tuple[str, Any]], model: str, preset: str = "cpu") -> None:

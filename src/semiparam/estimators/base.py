@@ -96,6 +96,12 @@ class TableEstimatorMixin(BaseEstimator):
     # or train_options entry still wins)
     _train_defaults: dict[str, Any] = {}
 
+    def resolved_configs(self, model_name: str | None = None) -> tuple[Any, TrainConfig]:
+        """The model config and :class:`TrainConfig` a fit would use: the preset with this
+        estimator's ``model_options``, ``train_options`` and explicit arguments applied (old
+        option keys translated), validated. ``model_name``: one family of ``model="auto"``."""
+        return self._configs(model_name)
+
     def _configs(self, model_name: str | None = None) -> tuple[Any, TrainConfig]:
         """The model and training configs of ``model_name`` (default: this estimator's model)."""
         model_name = model_name or self._model_name
