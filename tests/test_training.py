@@ -184,3 +184,21 @@ def test_tiny_table_learned_to_near_zero_error():
     hidden[:, 2] = True
     pred = model(values.masked_fill(hidden, 0), hidden).continuous[:, 2, 0]
     assert math.sqrt(((pred - values[:, 2]) ** 2).mean().item()) < 0.1
+
+
+def test_a_step_after_evaluation_trains_the_model_inside_a_wrapper():
+    """Under DDP the engine steps through a wrapper while evaluation switches the model inside
+    it: the next step must switch the model back to training (dropout on)."""
+    from semiparam.training.engine import Engine
+
+    class Tiny(Engine):
+        def step_loss(self, batch, step):
+            return self.model(batch).pow(2).mean(), {"loss": 0.0}
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Dropout(0.5))
+    engine = Tiny(model, TrainConfig(max_steps=2), optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+    engine.train_root = torch.nn.ModuleList([model])  # a wrapper, as DDP is
+    engine.train_step(torch.ones(4, 3), 0)
+    model.eval()  # what evaluate() does
+    engine.train_step(torch.ones(4, 3), 1)
+    assert model.training and model[1].training

@@ -290,6 +290,9 @@ class Engine:
         learning rate, form the gradients (:meth:`gradients`), clip, step; returns the step's
         statistics (``loss``, ``lr``, ...)."""
         set_training(self.train_root)
+        # evaluation switches the model itself, not a wrapper around it (DDP): switch it back
+        # too, or a wrapper still flagged as training would leave it in evaluation mode (dropout off)
+        set_training(self.model)
         lr = self.set_learning_rate(step)
         self.optimizer.zero_grad(set_to_none=True)
         stats, stepped = self.gradients(batch, step)
