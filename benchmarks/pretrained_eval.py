@@ -35,6 +35,7 @@ import pandas as pd
 REFERENCE = h.RESULTS / "suite32" / "tabular_defaults.jsonl"
 COMPARED = ("catboost", "hgb", "npt")  # the default comparison (--compare)
 VARIANTS = ("zero_shot", "fine_tuned")
+TASKS = ("classification", "regression")  # the report's summary by kind of table (_task)
 FINE_TUNE_STEPS = 300  # a ceiling: the fine-tuning stops on its held-out rows (the adaptive schedule)
 
 
@@ -144,16 +145,19 @@ def report(
 ) -> tuple[list[str], dict[str, Any]]:
     from semiparam.pretraining import weights_card, weights_hash
 
-    card = weights_card()
+    card, weights = weights_card(), weights_hash()
     cells = [r for r in records if "variant" in r["settings"] and r["settings"].get("views") == views]
-    by_variant = {
-        v: summarise([r for r in cells if r["settings"]["variant"] == v], refs, compared) for v in VARIANTS
-    }
+
+    def of(variant: str, task: str | None = None) -> list[dict[str, Any]]:
+        return [r for r in cells if r["settings"]["variant"] == variant and task in (None, _task(r))]
+
+    by_variant = {v: summarise(of(v), refs, compared) for v in VARIANTS}
+    by_task = {v: {t: summarise(of(v, t), refs, compared)[1] for t in TASKS} for v in VARIANTS}
     sp = next((r for r in records if r["settings"].get("speed") and r["ok"]), None)
     commits = sorted({r["npt_commit"] for rows, _ in by_variant.values() for r in rows if "npt_commit" in r})
     hours = ", ".join(f"{v / 3600:.2f} h on {k}" for k, v in sorted(card["seconds_by_device"].items()))
     lines = [
-        f"Weights `{weights_hash()}` ({card['steps']:,} pretraining steps, {hours}); "
+        f"Weights `{weights}` ({card['steps']:,} pretraining steps, {hours}); "
         f"views: {views or 'the default'}.",
         "",
         "Zero-shot: the training rows are the context, nothing is trained. Fine-tuned: "
@@ -199,11 +203,7 @@ def report(
             )
         head = "| tables | model | mean rank | it beats the model | geo-mean score ratio (it / the model) |"
         lines += ["", head, "| --- | --- | --- | --- | --- |"]
-        by_task = {"all": summary}
-        for task in ("classification", "regression"):
-            subset = [r for r in cells if r["settings"]["variant"] == variant and _task(r) == task]
-            by_task[task] = summarise(subset, refs, compared)[1]
-        for label, s in by_task.items():
+        for label, s in {"all": summary, **by_task[variant]}.items():
             if not s["cells"]:
                 continue
             label = f"{label} ({s['cells']} cells)"
@@ -216,12 +216,8 @@ def report(
             [r["table"], r["split"], *(r[m] for m in ("prior", *compared)), r["seconds"],
              *([r.get("npt_seconds")] if commits else [])] for r in rows
         ])]  # fmt: skip
-    variants = {v: {"summary": s, "rows": rows} for v, (rows, s) in by_variant.items()}
-    for v, entry in variants.items():
-        for task in ("classification", "regression"):
-            subset = [r for r in cells if r["settings"]["variant"] == v and _task(r) == task]
-            entry[task] = summarise(subset, refs, compared)[1]
-    data = {"weights": weights_hash(), "steps": card["steps"], "seconds_by_device": card["seconds_by_device"]}
+    variants = {v: {"summary": s, "rows": rows, **by_task[v]} for v, (rows, s) in by_variant.items()}
+    data = {"weights": weights, "steps": card["steps"], "seconds_by_device": card["seconds_by_device"]}
     return lines, {**data, "compared": compared, "views": views, "variants": variants, "speed": sp}
 
 
