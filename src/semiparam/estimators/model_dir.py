@@ -40,6 +40,7 @@ from safetensors.torch import load_file, save_file
 
 from .._config import FrozenConfig
 from .._io import ModelFileError, atomic_directory, file_sha256, read_json, read_tensors, verify_checksums
+from .._provenance import library_version as module_version
 
 FORMAT_VERSION = 2  # the model-directory format this version writes; older ones are upgraded
 META_FILE = "semiparam.json"
@@ -68,13 +69,8 @@ KINDS: dict[str, Kind] = {
 
 
 def library_version() -> str:
-    """The installed semiparam's version (written into every saved model)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("semiparam")
-    except PackageNotFoundError:  # pragma: no cover - a source tree that was never installed
-        return "unknown"
+    """This semiparam's version, ``semiparam.__version__`` (written into every saved model)."""
+    return module_version("semiparam") or "unknown"
 
 
 def json_default(value: Any) -> Any:
