@@ -300,11 +300,12 @@ def make_model(
 
 def model_settings(name: str, model: Any, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The settings of an unfitted model: a neural estimator's parameters (where its members train,
-    ``backend``/``ray_address``, does not change the fitted model: left out), a baseline's library,
+    ``executor``/``ray_address``, and ``backend``, the old name of ``executor``, do not change the
+    fitted model: left out, so records keep their keys across the rename), a baseline's library,
     seed and parameters."""
     if name not in NEURAL_MODELS:
         return {"class": type(model).__name__, **h.jsonable(vars(model))}
-    params = {k: v for k, v in model.get_params().items() if k not in ("backend", "ray_address")}
+    params = {k: v for k, v in model.get_params().items() if k not in ("executor", "backend", "ray_address")}
     overrides = h.jsonable(dict(overrides or {}))
     return {"class": type(model).__name__, "params": h.jsonable(params), "overrides": overrides}
 
@@ -338,7 +339,7 @@ def compositions(model: Any) -> dict[str, Any]:
     npt = [m for m in members if m.model_name == "npt"]
     spin = [m for m in members if m.model_name == "spin"]
     return {
-        f"{i}+{j}": model._with_members(npt[:i] + spin[:j])
+        f"{i}+{j}": model.with_members(npt[:i] + spin[:j])
         for i in range(len(npt) + 1)
         for j in range(len(spin) + 1)
         if i + j

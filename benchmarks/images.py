@@ -170,12 +170,9 @@ def memory(model: str, batch: int, checkpoint: bool, train: int, seed: int, **_:
     X, y = np.concatenate([X] * reps)[:batch], np.concatenate([y] * reps)[:batch]
     cls = NPTImageClassifier if model == "npt" else SPINImageClassifier
     clf = cls(random_state=0, verbose=False, model_options={"checkpoint_blocks": checkpoint})
-    clf.classes_ = np.unique(y)
-    clf._set_geometry(tuple(X[:, None].shape[1:]))
-    clf._pixel_stats(X[:, None] / 255.0)
-    model_config, train_config = clf._configs()
-    layout = clf._encoder().schema.layout()
-    enc = clf._encode(X[:, None].astype(np.float32) / 255.0, y)
+    encoder, enc = clf.encode_for_fit(X, y)
+    model_config, train_config = clf.resolved_configs()
+    layout = encoder.schema.layout()
     target = torch.zeros(layout.n_columns, dtype=torch.bool)
     target[-1] = True
     module = get_model(model)[1](model_config, layout)

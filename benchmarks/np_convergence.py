@@ -92,6 +92,8 @@ def train(checkpoint: str, **s: Any) -> dict[str, Any]:
     sampler = GPTaskSampler("rbf", min_ctx=lo, max_ctx=hi, random_state=1000 + seed, device=s["device"])
     validation = held_out("rbf", lo, hi, s["validation_batches"], VALIDATION_SEED)
     fit = {k: s[k] for k in FIT if k in s}
+    if fit.get("lr_schedule") == "cosine":  # TrainConfig's flat_cosine, flat for none of the run (the
+        fit["lr_schedule"] = "flat_cosine"  # neural-process preset's flat_fraction): the records' name
     model.fit(sampler, batch_size=16, validation=validation, checkpoint_dir=checkpoint, **fit)
     history, scores = model.history_, {k: held_out(k, lo, hi, s["eval_batches"], EVAL_SEED) for k in KERNELS}
     return {

@@ -8,14 +8,14 @@ small and medium tables".
     python benchmarks/tabular_defaults.py --splits 3 --out benchmarks/results/suite32
     python benchmarks/tabular_defaults.py --tables boston,oj --models npt,hgb --out /tmp/td
     python benchmarks/tabular_defaults.py --models npt --set npt.max_steps=800 --out /tmp/s800
-    python benchmarks/tabular_defaults.py --models hgb,rf --backend ray     # cells as Ray tasks
+    python benchmarks/tabular_defaults.py --models hgb,rf --executor ray    # cells as Ray tasks
 
 Every model runs at its defaults with only ``random_state`` set, 2 threads each; a tuned model
 runs ``--tuned-trials`` Optuna trials on an inner split of the training rows, then refits (its fit
 seconds include the search). Each (table, model, split) cell runs in its own process (harness
 ``run_cell``, ``--timeout`` seconds at most) and appends a record to ``<out>/tabular_defaults.jsonl``,
 so a stopped run resumes; a neural cell is keyed on the code in ``src/``, a baseline on its
-library's version. With ``--backend ray`` the cells run as Ray tasks of 2 CPUs each (fit seconds
+library's version. With ``--executor ray`` the cells run as Ray tasks of 2 CPUs each (fit seconds
 are then comparable only where each task had its CPUs to itself). The report
 (``<out>/tabular_defaults.md`` and ``.json``) covers the grid of the command: the table list, test
 scores, per-table and mean ranks (with and without the tuned models), the neural models against
@@ -59,7 +59,7 @@ def run(records: h.Records, todo: list[tuple[dict, bool]], args: argparse.Namesp
         print(f"[{'ok' if rec['ok'] else 'fail'}] {name}: {what}", flush=True)
 
     threads = ds.N_THREADS
-    map_tasks(compute, todo, backend=args.backend, address=args.ray_address, cpus_per_task=threads,
+    map_tasks(compute, todo, executor=args.executor, address=args.ray_address, cpus_per_task=threads,
               threads=threads, on_result=finished)  # fmt: skip
 
 
@@ -348,9 +348,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report-only", action="store_true", help="run nothing: the report of the records")
     parser.add_argument("--timeout", type=float, default=4 * 3600, help="seconds one cell may take")
     parser.add_argument(
-        "--backend", choices=["serial", "ray"], default="serial", help="or the cells as Ray tasks"
+        "--executor", choices=["serial", "ray"], default="serial", help="or the cells as Ray tasks"
     )
-    parser.add_argument("--ray-address", help="with --backend ray: a cluster to join (default: start one)")
+    # the old name of --executor, hidden (the library's command line keeps it for one release too)
+    parser.add_argument("--backend", choices=["serial", "ray"], dest="executor", help=argparse.SUPPRESS)
+    parser.add_argument("--ray-address", help="with --executor ray: a cluster to join (default: start one)")
     args = parser.parse_args(argv)
     tables, models = pick(args.tables, ds.TABLES, "tables"), pick(args.models, ds.ALL_MODELS, "models")
     problems = {f"*/{m}": reason for m in models if (reason := ds.library_available(m))}

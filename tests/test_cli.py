@@ -159,3 +159,29 @@ def test_fit_trains_the_recommended_estimator_by_default(tmp_path, csv, capsys):
     meta = json.loads((run / "model" / "semiparam.json").read_text())
     assert meta["estimator"]["params"]["model"] == "auto" and meta["n_members"] == 2
     assert "fitted auto" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["fit", "t.csv", "--target", "y"],
+        ["impute-vcf", "--target", "t.vcf", "--out", "o.vcf"],
+        ["tune", "t.csv", "--target", "y", "--out", "o"],
+    ],
+)
+def test_executor_option_and_its_hidden_deprecated_name_backend(command, capsys):
+    """``--executor`` says where independent fits run; ``--backend``, its old name, still sets it
+    with a FutureWarning and is left out of ``--help``."""
+    from semiparam.cli.main import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(command).executor == "serial"
+    assert parser.parse_args([*command, "--executor", "ray"]).executor == "ray"
+    with pytest.warns(FutureWarning, match="--backend is deprecated.*use --executor ray"):
+        assert parser.parse_args([*command, "--backend", "ray"]).executor == "ray"
+    with pytest.raises(SystemExit):
+        parser.parse_args([*command, "--backend", "dask"])
+    with pytest.raises(SystemExit):
+        parser.parse_args([command[0], "--help"])
+    shown = capsys.readouterr().out
+    assert "--executor" in shown and "--backend" not in shown

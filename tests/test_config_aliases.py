@@ -14,21 +14,28 @@ import pytest
 from sklearn.base import clone
 
 from semiparam import ConfigError, NPTConfig, SPINConfig, SPINImageClassifier, SPINRegressor, TableClassifier
-from semiparam._config import ALIASES, legacy_keys
+from semiparam._config import ALIASES, OLD_VALUES, Renamed, legacy_keys
 from semiparam.models.ipnp import CIPNPConfig
 from semiparam.models.tnpd import TNPDConfig
 from semiparam.training.config import TrainConfig
-from semiparam.training.np_loop import NPTrainConfig
 
 SAVED = Path(__file__).parent / "fixtures" / "saved_models"
 
 
 def test_every_alias_names_a_field_of_each_config_that_had_the_old_key() -> None:
-    configs = {c.__name__: c for c in (SPINConfig, TNPDConfig, NPTrainConfig)}
-    for old, (new, owners) in ALIASES.items():
-        for owner in owners:
+    # NPTrainConfig was merged into TrainConfig (TrainConfig.MERGED): its old keys are TrainConfig's
+    configs = {c.__name__: c for c in (SPINConfig, TNPDConfig, TrainConfig)}
+    configs["NPTrainConfig"] = TrainConfig
+    assert TrainConfig.MERGED == ("NPTrainConfig",)
+    for old, alias in ALIASES.items():
+        new = (alias.new,) if isinstance(alias, Renamed) else alias.new
+        for owner in alias.configs:
             fields = configs[owner].field_names()
-            assert new in fields and old not in fields, (owner, old, new)
+            assert set(new) <= set(fields) and old not in fields, (owner, old, new)
+    for (key, _), entry in OLD_VALUES.items():
+        for owner in entry.configs:
+            assert {key, *entry.values} <= set(configs[owner].field_names())
+            configs[owner](**entry.values)  # what the old value says now is a valid config
 
 
 @pytest.mark.parametrize(
@@ -37,7 +44,7 @@ def test_every_alias_names_a_field_of_each_config_that_had_the_old_key() -> None
         (SPINConfig, "n_layers", "n_blocks"),
         (SPINConfig, "n_inducing_points", "n_inducing"),
         (TNPDConfig, "n_layers", "n_blocks"),
-        (NPTrainConfig, "checkpoint_every", "checkpoint_every_steps"),
+        (TrainConfig, "checkpoint_every", "checkpoint_every_steps"),  # NPTrainConfig's
     ],
 )
 def test_old_keys_work_everywhere_a_config_is_built(cls: type, old: str, new: str) -> None:
@@ -62,9 +69,88 @@ def test_an_alias_applies_only_to_the_configs_that_had_the_old_key() -> None:
     with pytest.raises(ConfigError, match="unknown CIPNPConfig key"):
         CIPNPConfig.from_dict({"n_inducing_points": 4})  # the NPs always said n_inducing
     with pytest.raises(ConfigError, match="unknown TrainConfig key"):
-        TrainConfig.from_dict({"checkpoint_every": 4})
+        TrainConfig.from_dict({"n_layers": 4})
+    with pytest.raises(ConfigError, match="unknown SPINConfig key"):
+        SPINConfig.from_dict({"checkpoint_every": 4})
     with pytest.raises(AttributeError, match="n_layers"):
         NPTConfig().n_layers  # noqa: B018
+
+
+@pytest.mark.parametrize(
+    ("old", "now"),
+    [
+        ({"clip_norm": 0.5}, {"clip_mode": "norm", "clip_value": 0.5}),
+        ({"clip_norm": None}, {"clip_mode": "none"}),
+        ({"lr_schedule": "cosine"}, {"lr_schedule": "flat_cosine", "flat_fraction": 0.0}),
+    ],
+)
+def test_an_old_value_is_said_by_the_settings_of_now(old: dict, now: dict) -> None:
+    """The neural processes' settings that TrainConfig says another way (a value-changing
+    alias): the old spelling gives the same config, with a FutureWarning that says the new one;
+    an old file loads silently; the old spelling beside a contradicting new one raises."""
+    with pytest.warns(FutureWarning, match="is now " + ", ".join(f"{k}={v!r}" for k, v in now.items())):
+        assert TrainConfig(**old) == TrainConfig(**now)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        base = TrainConfig.neural_process()
+        assert TrainConfig.from_dict(old, base=base, warn=False) == base.replace(**now)
+    key = next(iter(old))
+    clash = {k: v for k, v in {"clip_mode": "value", "flat_fraction": 0.5}.items() if k in now and k != key}
+    with pytest.raises(ConfigError, match="give only|contradicts"):
+        TrainConfig.from_dict({**old, **clash})
+
+
+def test_reading_clip_norm_from_a_config_of_now() -> None:
+    with pytest.warns(FutureWarning, match="'clip_mode' and 'clip_value'"):
+        assert TrainConfig(clip_mode="norm", clip_value=2.0).clip_norm == 2.0
+    with pytest.warns(FutureWarning):
+        assert TrainConfig(clip_mode="none").clip_norm is None
+    with pytest.warns(FutureWarning), pytest.raises(AttributeError, match="read clip_value"):
+        TrainConfig(clip_mode="value").clip_norm  # noqa: B018
+
+
+def test_table_fingerprints_leave_out_the_neural_process_settings_at_their_defaults() -> None:
+    """Table-model checkpoints made before the merge still resume: the settings TrainConfig took
+    in from the neural processes enter a table fit's fingerprint only when set away from their
+    defaults, and TrainConfig's own keys keep their names there (an alias of a merged config is
+    not a rename of TrainConfig's)."""
+    later = set(TrainConfig.LATER_FIELDS)
+    assert later == {"objective", "n_z_samples", "log_every", "lr_drops", "drop_factor"}
+    for config in (TrainConfig(), TrainConfig.cpu(), TrainConfig.spin_cpu()):
+        assert set(config.to_dict()) - set(config.fingerprint_dict()) == later
+        assert "checkpoint_every_steps" in config.fingerprint_dict()
+    assert TrainConfig(n_z_samples=2).fingerprint_dict()["n_z_samples"] == 2
+
+
+def test_settings_of_one_kind_of_model_are_refused_for_the_other() -> None:
+    TrainConfig.cpu().check_for("table")
+    TrainConfig.neural_process().check_for("neural_process")
+    TrainConfig().check_for("neural_process")  # the dataclass defaults move nothing of the tables'
+    with pytest.raises(ConfigError, match="n_z_samples=4: no effect on a table model"):
+        TrainConfig(n_z_samples=4).check_for("table")
+    with pytest.raises(ConfigError, match="label_smoothing=0.1.*no effect on a neural process"):
+        TrainConfig.cpu().check_for("neural_process")
+
+
+def test_train_config_groups_its_settings_by_concern() -> None:
+    from semiparam.training import config as cfg
+
+    groups = [
+        cfg.ScheduleSettings,
+        cfg.OptimizerSettings,
+        cfg.BatchSettings,
+        cfg.MaskingSettings,
+        cfg.EncodingSettings,
+        cfg.PredictionSettings,
+        cfg.ExecutionSettings,
+        cfg.CheckpointSettings,
+        cfg.NeuralProcessSettings,
+    ]
+    names = [n for g in groups for n in g.field_names()]
+    assert names == TrainConfig.field_names()  # each setting in exactly one group, flat in TrainConfig
+    assert all(issubclass(TrainConfig, g) for g in groups)
+    with pytest.raises(ConfigError, match="learning_rate must be > 0"):
+        cfg.OptimizerSettings(learning_rate=0.0)  # a group validates its own settings
 
 
 def test_fingerprints_spell_renamed_keys_as_before() -> None:

@@ -116,6 +116,32 @@ def test_classifier_learns_and_round_trips(fitted, tmp_path):
     assert loaded.image_shape_ == clf.image_shape_
 
 
+def test_encode_for_fit_is_what_fit_trains_on():
+    """The public first half of fit: the encoder and table a training step reads, and the model
+    built from ``resolved_configs`` runs a step on it (what benchmarks/images.py measures)."""
+    from semiparam.models.registry import get_model
+    from semiparam.training.trainer import Batch, Trainer
+
+    X, y = bars(40, size=6, seed=3)
+    clf = NPTImageClassifier(patch_size=4, model_options=TINY, random_state=0, verbose=False)
+    encoder, table = clf.encode_for_fit(X, y)
+    assert list(clf.classes_) == ["bottom", "top"] and clf.padded_shape_ == (1, 8, 8)
+    layout = encoder.schema.layout()
+    assert table.values.shape == (40, layout.n_columns) == (40, 8 * 8 + 1)
+    np.testing.assert_array_equal(table.values[:, -1], np.searchsorted(clf.classes_, y))
+    assert not table.missing.any()
+    model_config, train_config = clf.resolved_configs()
+    target = torch.zeros(layout.n_columns, dtype=torch.bool)
+    target[-1] = True
+    trainer = Trainer(get_model("npt")[1](model_config, layout), layout, target, train_config)
+    batch = Batch(
+        torch.as_tensor(table.values), torch.as_tensor(table.missing), torch.ones(40, dtype=torch.bool)
+    )
+    trainer.train_step(batch, 0)
+    with pytest.raises(DataValidationError, match="at least two classes"):
+        clf.encode_for_fit(X, np.full(40, "top"))
+
+
 def test_classifier_reads_float_channels_padding_and_missing_pixels():
     X, y = bars(120, size=6, seed=2)
     # (n, C, H, W) floats; 6 x 6 with patches of 4 is padded to 8 x 8

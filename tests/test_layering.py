@@ -134,7 +134,8 @@ def layering_violations(module: str, is_package: bool, source: str, where: str) 
 
 
 def benchmark_violations(source: str, where: str) -> list[str]:
-    """One line per import of a benchmark script that is not the public API."""
+    """One line per use of something other than the public API in a benchmark script: a module
+    outside it, a private name imported, a private attribute of another object."""
     out = []
     for line, name in imports(source):
         if not name.startswith("semiparam"):
@@ -148,6 +149,16 @@ def benchmark_violations(source: str, where: str) -> list[str]:
             for alias in node.names:
                 if alias.name.startswith("_") and not alias.name.startswith("__"):
                     out.append(f"{where}:{node.lineno} imports the private {alias.name} of {node.module}")
+        # a private attribute of another object (a fitted estimator's _encode, ...); PyTorch's own
+        # operator names (torch.ops.aten._scaled_dot_product_...) are PyTorch's public spelling
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and ast.unparse(node.value) not in ("self", "cls")
+            and not ast.unparse(node.value).endswith("aten")
+        ):
+            out.append(f"{where}:{node.lineno} uses the private {ast.unparse(node.value)}.{node.attr}")
     return out
 
 
@@ -294,14 +305,16 @@ def test_the_checks_catch_violations() -> None:
         "    from semiparam.estimators._ensemble import EnsembleLearner\n"
         "    from semiparam import nn\n"
         "from semiparam.bench.measure import _package_root\n"
+        "clf._encode(X)\n"
     )
     found = benchmark_violations(script, "b.py")
-    assert [v.split(" imports ")[1].split(",")[0] for v in found] == [
+    assert [v.split(" imports ")[1].split(",")[0] for v in found[:4]] == [
         "semiparam.data.vcf",
         "semiparam.estimators._ensemble",
         "semiparam.nn",
         "the private _package_root of semiparam.bench.measure",
-    ], found
+    ], found[:4]
+    assert found[4:] == ["b.py:8 uses the private clf._encode"], found
 
 
 def module_cycles(modules: dict[str, tuple[Path, bool]]) -> list[str]:

@@ -177,6 +177,22 @@ def test_the_upgrade_chain_runs_in_order(tmp_path: Path, monkeypatch: pytest.Mon
         model_dir.upgrade(FORMAT_VERSION)(rename)
 
 
+@pytest.mark.parametrize("kind", ["table", "ensemble", "prior-fitted"])
+def test_format_2_saved_the_executor_as_backend(tmp_path: Path, kind: str) -> None:
+    """Format 2 stored the estimators' ``executor`` parameter under its old name ``backend``
+    (issue 50: "backend" names the attention backends only); it reads back as ``executor``."""
+    params = {"backend": "ray", "ray_address": None, "max_steps": 3}
+    meta = {"format_version": 2, "kind": kind, "sha256": {}, "estimator": {"class": "X", "params": params}}
+    (tmp_path / "semiparam.json").write_text(json.dumps(meta))
+    saved = read_model_dir(tmp_path, kind)
+    assert saved.version_read == 2
+    now = {"executor": "ray", "ray_address": None, "max_steps": 3}
+    assert saved.meta["estimator"] == {"class": "X", "params": now}
+    member = {"format_version": 2, "kind": "table", "sha256": {}, "estimator": {}}  # an ensemble's member
+    (tmp_path / "semiparam.json").write_text(json.dumps(member))
+    assert read_model_dir(tmp_path, "table").meta["estimator"] == {}
+
+
 # -- the loaders of each kind read format 1 through the chain -----------------------------------------
 
 

@@ -27,6 +27,7 @@ from semiparam.neural_processes import (
     gp_log_likelihood,
     load,
 )
+from semiparam.training.config import TrainConfig
 
 MODELS = [CIPNP, IPNP, CANP, ANP, BANP, TNPD]
 TINY = {"d_model": 16, "n_heads": 2}
@@ -197,14 +198,14 @@ def test_the_adaptive_schedule_anneals_after_a_plateau_and_stops_before_the_ceil
         sampler, max_steps=30, lr_schedule="adaptive", **{**options, "patience": 1000}
     )
     assert capped.history_.stop_reason == "max_steps, annealed" and capped.history_.n_steps == 30
-    with pytest.raises(ConfigError, match="anneal_fraction must be > 0"):
-        CIPNP(**TINY).fit(sampler, max_steps=2, lr_schedule="adaptive", anneal_fraction=0)
+    with pytest.raises(ConfigError, match="anneal_fraction, min_anneal_steps and min_steps must be >= 0"):
+        CIPNP(**TINY).fit(sampler, max_steps=2, lr_schedule="adaptive", anneal_fraction=-0.5)
     with pytest.raises(ConfigError, match="drop_factor must be in"):
         CIPNP(**TINY).fit(sampler, max_steps=2, lr_schedule="adaptive", drop_factor=1.0)
 
 
 def test_plateaus_step_the_learning_rate_down_before_the_anneal() -> None:
-    from semiparam.training.np_loop import NPTrainConfig, NPTrainer
+    from semiparam.training.np_loop import NPTrainer
 
     sampler = GPTaskSampler(min_ctx=8, max_ctx=9, random_state=0)
     validation = GPTaskSampler(min_ctx=8, max_ctx=9, random_state=5).eval_set(2, 4)
@@ -219,25 +220,157 @@ def test_plateaus_step_the_learning_rate_down_before_the_anneal() -> None:
     starts = [1, *h.lr_drops, h.anneal_start]
     assert all(b - a >= 2 * 5 for a, b in zip(starts, starts[1:], strict=False))
     # the rate: the flat rate times 0.5 per step down so far, then the anneal from the lowest one
-    trainer = NPTrainer(torch.nn.Linear(1, 1), NPTrainConfig(lr_schedule="adaptive", drop_factor=0.5))
+    trainer = NPTrainer(
+        torch.nn.Linear(1, 1), TrainConfig.neural_process().replace(lr_schedule="adaptive", drop_factor=0.5)
+    )
     trainer.lr_drops = [10, 20]
     assert [trainer.learning_rate(s) for s in (9, 10, 19, 20)] == pytest.approx(
         [5e-4, 2.5e-4, 2.5e-4, 1.25e-4]
     )
 
 
-def test_settings_added_later_leave_the_checkpoints_of_fits_made_before_them_alone() -> None:
+def test_the_one_train_config_drives_a_neural_process_fit() -> None:
+    """Neural processes train on TrainConfig: its neural_process() preset is fit's default, keyword
+    options override it, and settings that do nothing for a neural process raise."""
+    sampler = lambda: GPTaskSampler(min_ctx=8, max_ctx=9, random_state=0)  # noqa: E731
+    task = sampler().sample(1)
+    config = TrainConfig.neural_process().replace(max_steps=4, batch_size=4, clip_mode="norm", clip_value=0.5)
+    by_config = CIPNP(random_state=0, **TINY).fit(sampler(), train_config=config)
+    by_options = CIPNP(random_state=0, **TINY).fit(
+        sampler(), max_steps=4, batch_size=4, clip_mode="norm", clip_value=0.5
+    )
+    assert by_config.train_config_ == by_options.train_config_ == config
+    assert by_config.history_.n_steps == 4
+    a = by_config.predict(task.context_x, task.context_y, task.target_x)
+    b = by_options.predict(task.context_x, task.context_y, task.target_x)
+    torch.testing.assert_close(a.mean, b.mean, rtol=0, atol=0)
+    with pytest.raises(ConfigError, match="p_feature=0.05.*no effect on a neural process"):
+        CIPNP(**TINY).fit(sampler(), train_config=TrainConfig.cpu().replace(max_steps=2))
+    with pytest.raises(ConfigError, match="compile=True: no effect on a neural process"):
+        CIPNP(**TINY).fit(sampler(), max_steps=2, compile=True)
+
+
+def test_np_train_config_is_a_deprecated_name_of_the_neural_process_preset() -> None:
     from semiparam.training.np_loop import NPTrainConfig
 
-    before = NPTrainConfig()
-    # at their defaults the later fields are not in the fingerprint: an older checkpoint matches;
-    # a renamed field keeps its old spelling there (``_config.ALIASES``)
-    fingerprinted = set(before.fingerprint_dict())
-    assert "checkpoint_every" in fingerprinted and "checkpoint_every_steps" not in fingerprinted
-    now = set(before.to_dict()) - {"checkpoint_every_steps"}
-    assert now - fingerprinted == set(NPTrainConfig.LATER_FIELDS)
+    with pytest.warns(FutureWarning, match=r"NPTrainConfig is deprecated.*TrainConfig\.neural_process\(\)"):
+        config = NPTrainConfig()
+    assert type(config) is TrainConfig and config == TrainConfig.neural_process()
+    assert isinstance(config, NPTrainConfig)  # old isinstance checks still hold
+    with pytest.warns(FutureWarning) as record:
+        old = NPTrainConfig(max_steps=5, clip_norm=2.0, checkpoint_every=7, lr_schedule="cosine")
+    said = " ".join(str(w.message) for w in record)
+    assert "clip_mode='norm', clip_value=2.0" in said and "'checkpoint_every_steps'" in said
+    assert old == TrainConfig.neural_process().replace(
+        max_steps=5, clip_mode="norm", clip_value=2.0, checkpoint_every_steps=7
+    )
+    with pytest.warns(FutureWarning) as record:
+        assert NPTrainConfig.from_dict({"clip_norm": None}).clip_mode == "none"
+    said = " ".join(str(w.message) for w in record)
+    assert "NPTrainConfig is deprecated" in said and "clip_norm=None is now clip_mode='none'" in said
+    with pytest.warns(FutureWarning, match="TrainConfig.clip_norm is deprecated"):
+        assert old.clip_norm == 2.0  # reading the old attribute
+    with pytest.warns(FutureWarning):  # a fit given the old class and old keys trains as the new
+        sampler = GPTaskSampler(min_ctx=8, max_ctx=9, random_state=0)
+        model = CIPNP(random_state=0, **TINY).fit(
+            sampler, train_config=NPTrainConfig(max_steps=2, batch_size=4)
+        )
+        assert model.train_config_ == TrainConfig.neural_process().replace(max_steps=2, batch_size=4)
+        model = CIPNP(random_state=0, **TINY).fit(sampler, max_steps=2, clip_norm=1.0)
+    assert (model.train_config_.clip_mode, model.train_config_.clip_value) == ("norm", 1.0)
+
+
+def test_an_old_neural_process_option_dict_loads(tmp_path) -> None:
+    """A saved neural process's settings, written by NPTrainConfig before the merge, load silently
+    into TrainConfig over the neural-process preset (a key it did not have keeps the preset's)."""
+    import warnings
+
+    sampler = GPTaskSampler(min_ctx=8, max_ctx=9, random_state=0)
+    model = CIPNP(random_state=0, **TINY).fit(sampler, max_steps=2, batch_size=4)
+    path = model.save(tmp_path / "m")
+    meta_file = path / "neural_process.json"
+    meta = json.loads(meta_file.read_text())
+    old = {
+        "max_steps": 2,
+        "batch_size": 4,
+        "learning_rate": 5e-4,
+        "lr_schedule": "cosine",
+        "objective": "elbo",
+    }
+    old |= {"n_z_samples": 1, "clip_norm": 0.5, "log_every": 50, "eval_every": 250, "patience": None}
+    old |= {"time_budget": None, "checkpoint_every": 3, "smoothing": 0.0, "min_steps": 0}
+    meta["train_config"] = old | {"anneal_fraction": 0.5, "lr_drops": 0, "drop_factor": 0.3}
+    meta_file.write_text(json.dumps(meta))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded = CIPNP.load(path, device="cpu")
+    assert loaded.train_config_ == TrainConfig.neural_process().replace(
+        max_steps=2, batch_size=4, clip_mode="norm", clip_value=0.5, checkpoint_every_steps=3
+    )
+
+
+def test_np_fit_on_the_command_line_takes_train_config_settings(tmp_path) -> None:
+    from semiparam.cli.main import main
+
+    rng = np.random.default_rng(0)
+    t = rng.uniform(0, 5, size=(6, 8))
+    table = pd.DataFrame({"series": np.repeat(np.arange(6), 8), "t": t.ravel(), "value": np.sin(t).ravel()})
+    table.to_csv(tmp_path / "s.csv", index=False)
+    args = ["np-fit", str(tmp_path / "s.csv"), "--task", "series", "--x", "t", "--y", "value", "--quiet"]
+    args += [
+        "--steps",
+        "3",
+        "--batch-size",
+        "2",
+        "--set",
+        "train.lr_schedule=constant",
+        "--set",
+        "model.d_model=8",
+    ]
+    args += ["--set", "model.n_heads=2", "--set", "train.clip_mode=norm", "--out", str(tmp_path / "run")]
+    assert main(args) == 0
+    model = load(tmp_path / "run" / "model", device="cpu")
+    assert model.train_config_ == TrainConfig.neural_process().replace(
+        max_steps=3, batch_size=2, lr_schedule="constant", clip_mode="norm"
+    )
+    assert model.config_.d_model == 8
+    settings = json.loads((tmp_path / "run" / "np_run.json").read_text())["settings"]
+    assert settings["train_options"]["lr_schedule"] == "constant"
+
+
+def test_settings_added_later_leave_the_checkpoints_of_fits_made_before_them_alone() -> None:
+    """A neural process's checkpoint fingerprint spells its settings as its own config
+    (NPTrainConfig) did before it was merged into TrainConfig: its keys, its later fields only away
+    from their defaults, and TrainConfig's other settings only away from the preset's."""
+    from semiparam.training.np_loop import fingerprint_settings
+
+    before = TrainConfig.neural_process()
+    assert fingerprint_settings(before) == {
+        "max_steps": 1000,
+        "batch_size": 16,
+        "learning_rate": 5e-4,
+        "lr_schedule": "cosine",
+        "objective": "elbo",
+        "n_z_samples": 1,
+        "clip_norm": None,
+        "log_every": 50,
+        "eval_every": 250,
+        "patience": None,
+        "time_budget": None,
+        "checkpoint_every": 500,
+    }
     for name, value in {"smoothing": 0.5, "min_steps": 10, "lr_drops": 2, "anneal_fraction": 0.1}.items():
-        assert before.replace(**{name: value}).fingerprint_dict()[name] == value
+        assert fingerprint_settings(before.replace(**{name: value}))[name] == value
+    assert fingerprint_settings(before.replace(clip_mode="norm", clip_value=2.0))["clip_norm"] == 2.0
+    # settings the old config could not say enter under their names; the clock's cadence never does
+    changed = fingerprint_settings(before.replace(flat_fraction=0.3, clip_mode="value", warmup_fraction=0.1))
+    assert {k: changed[k] for k in ("flat_fraction", "clip_mode", "warmup_fraction")} == {
+        "flat_fraction": 0.3,
+        "clip_mode": "value",
+        "warmup_fraction": 0.1,
+    }
+    assert "clip_norm" not in changed
+    assert fingerprint_settings(before.replace(checkpoint_every_seconds=5.0)) == fingerprint_settings(before)
 
 
 def test_a_fit_killed_after_a_step_down_resumes_at_the_lower_rate(tmp_path) -> None:

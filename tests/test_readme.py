@@ -248,7 +248,7 @@ def test_the_tuning_examples_run(few_steps: None, tmp_path: Path, monkeypatch: p
     ran = 0
     for line in example("Tuning: `semiparam tune`", 0, **{"--trials 30": "--trials 2"}).splitlines():
         args = shlex.split(line, comments=True)[1:]
-        if "--backend" in args:  # Ray: tests/test_tuning.py
+        if "--executor" in args:  # Ray: tests/test_tuning.py
             continue
         if args[0] == "fit":
             args += ["--n-estimators", "1"]

@@ -156,7 +156,7 @@ def test_auto_rows_are_explained_by_the_members_that_keep_them(auto_classifier, 
     assert len(rows) == 12 and set(rows["rank"]) == {1, 2, 3}
     assert rows["context_row"].max() < 70
     # the same as an estimator holding only the NPT members
-    npt_only = auto_classifier._with_members(auto_classifier.learner_.members[:2])
+    npt_only = auto_classifier.with_members(auto_classifier.learner_.members[:2])
     pd.testing.assert_frame_equal(rows, npt_only.explain_rows(X.iloc[70:74], top_k=3))
     # given rows, every member explains
     given = auto_classifier.explain_rows(X.iloc[70:74], top_k=3, context=(X.iloc[:70], y[:70]))

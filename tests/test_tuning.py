@@ -81,6 +81,7 @@ def test_tune_runs_the_defaults_first_and_writes_its_files(tmp_path: Path) -> No
     assert summary["best"]["score"] == pytest.approx(result.best_score)
     assert summary["rows"] == {"train": 80, "valid": 20}
     assert summary["trials"] == {"COMPLETE": 3}
+    assert summary["settings"]["executor"] == "serial" and "backend" not in summary["settings"]
 
 
 def fit_as_a_trial(
@@ -157,8 +158,12 @@ def test_bad_searches_are_refused_with_the_reason() -> None:
         small_tune(frame, search_space={"model.dropout": ("float", (0.3, 0.1))})
     with pytest.raises(ValueError, match=r"\['nope'\] not in the table"):
         tune(frame, "nope", search_space=SPACE)
-    with pytest.raises(ConfigError, match="backend"):
-        small_tune(frame, backend="dask")
+    with pytest.raises(ConfigError, match="executor must be one of"):
+        small_tune(frame, executor="dask")
+    # backend=, the old name of executor: still read, with a FutureWarning naming executor=
+    with pytest.warns(FutureWarning, match="use executor='dask'"):
+        with pytest.raises(ConfigError, match="executor must be one of"):
+            small_tune(frame, backend="dask")
     with pytest.raises(ConfigError, match="resume needs out"):
         small_tune(frame, resume=True)
 
@@ -219,12 +224,12 @@ def test_cli_tune_then_fit_with_the_best_settings(tmp_path: Path, capsys: pytest
     assert config["train_config"]["max_steps"] == TRAIN["max_steps"]
 
 
-def test_ray_backend_matches_the_serial_search(ray_cluster, tmp_path: Path) -> None:
+def test_ray_executor_matches_the_serial_search(ray_cluster, tmp_path: Path) -> None:
     pytest.importorskip("ray.tune")
     frame = table()
     # two trials: the defaults and one sampled point (each Ray trial is an actor start on two cores)
     serial = small_tune(frame, n_trials=2).trials
-    ray = small_tune(frame, n_trials=2, backend="ray", max_concurrent=1, cpus_per_trial=1).trials
+    ray = small_tune(frame, n_trials=2, executor="ray", max_concurrent=1, cpus_per_trial=1).trials
     columns = ["score", *[f"params.{k}" for k in SPACE]]
     pd.testing.assert_frame_equal(serial[columns], ray[columns], check_exact=False, rtol=1e-9)
     assert bool(ray["defaults"].iloc[0])

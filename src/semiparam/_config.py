@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar, get_args, get_origin
 
@@ -24,6 +24,35 @@ class Renamed(NamedTuple):
     configs: tuple[str, ...]  # class names; their subclasses inherit the alias
 
 
+class Converted(NamedTuple):
+    """An old config key whose value is now said by other keys: ``to_new(old value)`` gives them
+    (``{key now: value}``); ``to_old(config)`` reads the old key's value back from a config."""
+
+    new: tuple[str, ...]  # the keys ``to_new`` sets
+    configs: tuple[str, ...]
+    to_new: Callable[[Any], dict[str, Any]]
+    to_old: Callable[[Any], Any]
+
+
+class OldValue(NamedTuple):
+    """An old value of a config key, now said by ``values`` (that key's value and others')."""
+
+    values: dict[str, Any]
+    configs: tuple[str, ...]
+
+
+def _clip_norm_now(clip_norm: Any) -> dict[str, Any]:
+    if clip_norm is None:
+        return {"clip_mode": "none"}
+    return {"clip_mode": "norm", "clip_value": clip_norm}
+
+
+def _clip_norm_then(config: Any) -> float | None:
+    if config.clip_mode == "value":
+        raise AttributeError("clip_mode='value' (element-wise clipping) has no clip_norm; read clip_value")
+    return config.clip_value if config.clip_mode == "norm" else None
+
+
 # The one alias map: one name per hyperparameter across models (issue 50), each old spelling -> its
 # name now. A config built in any way (constructor, ``from_dict``, ``replace``; so estimators'
 # ``model_options`` / ``train_options``, the command line's ``--set`` and settings files) accepts
@@ -31,7 +60,9 @@ class Renamed(NamedTuple):
 # ``config.<old name>``. Files written before a rename (saved models, ``from_dict(warn=False)``)
 # load silently, and checkpoint fingerprints spell the keys as they were first written
 # (:meth:`FrozenConfig.fingerprint_dict`), so a fit checkpointed before a rename still resumes.
-ALIASES: dict[str, Renamed] = {
+# A config that others were merged into (``MERGED``, a class attribute: TrainConfig took in the
+# neural processes' NPTrainConfig) takes their old spellings too.
+ALIASES: dict[str, Renamed | Converted] = {
     # the architecture's repeated block, NPT's name: SPIN's encoder layers (XABA -> XABD -> ABLA)
     # and TNP-D's transformer layers. What one block holds differs by model (see each config)
     "n_layers": Renamed("n_blocks", ("SPINConfig", "TNPDConfig")),
@@ -39,46 +70,107 @@ ALIASES: dict[str, Renamed] = {
     "n_inducing_points": Renamed("n_inducing", ("SPINConfig",)),
     # steps between training checkpoints, TrainConfig's name
     "checkpoint_every": Renamed("checkpoint_every_steps", ("NPTrainConfig",)),
+    # gradient-norm clipping (None: off), TrainConfig's clip_mode="norm" and clip_value
+    "clip_norm": Converted(("clip_mode", "clip_value"), ("NPTrainConfig",), _clip_norm_now, _clip_norm_then),
+}
+
+# Old values of a key, (key, old value) -> what says it now; part of the one alias map above
+OLD_VALUES: dict[tuple[str, Any], OldValue] = {
+    # a cosine anneal to 0 over the whole run: TrainConfig's flat_cosine without its flat part
+    ("lr_schedule", "cosine"): OldValue(
+        {"lr_schedule": "flat_cosine", "flat_fraction": 0.0}, ("NPTrainConfig",)
+    ),
 }
 
 
-def renamed_key(cls: type, key: str) -> str | None:
-    """The name now of ``key`` when it is an old spelling that config ``cls`` (or a base) had,
-    else None."""
+def _owners(cls: type, *, merged: bool = True) -> set[str]:
+    """The config names whose old spellings config ``cls`` takes: its own and its bases', and
+    (``merged``) those of the configs merged into it."""
+    names = {c.__name__ for c in cls.__mro__}
+    return names | set(getattr(cls, "MERGED", ())) if merged else names
+
+
+def alias_of(cls: type, key: str, *, merged: bool = True) -> Renamed | Converted | None:
+    """The alias entry when ``key`` is an old spelling config ``cls`` takes, else None."""
     alias = ALIASES.get(key)
-    if alias is None or not {c.__name__ for c in cls.__mro__} & set(alias.configs):
+    if alias is None or not _owners(cls, merged=merged) & set(alias.configs):
         return None
-    return alias.new
+    return alias
+
+
+def renamed_key(cls: type, key: str) -> str | None:
+    """The name now of ``key`` when it is an old spelling that config ``cls`` (or a base) had
+    and that is a plain rename, else None."""
+    alias = alias_of(cls, key)
+    return alias.new if isinstance(alias, Renamed) else None
+
+
+def _old_value(cls: type, key: str, value: Any) -> OldValue | None:
+    for (old_key, old_value), entry in OLD_VALUES.items():
+        if key == old_key and type(value) is type(old_value) and value == old_value:
+            if _owners(cls) & set(entry.configs):
+                return entry
+    return None
+
+
+def _said(values: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in values.items())
 
 
 def canonical_keys(
     cls: type, values: Mapping[str, Any], *, warn: bool = True, stacklevel: int = 2
 ) -> dict[str, Any]:
-    """``values`` with the old spellings of config ``cls``'s keys (:data:`ALIASES`) replaced by
-    their names now, each with a FutureWarning unless ``warn`` is False (``stacklevel`` as
-    ``warnings.warn``'s, counted from the caller). Both spellings of one key raise
-    :class:`ConfigError`."""
+    """``values`` with the old spellings of config ``cls``'s keys and values (:data:`ALIASES`,
+    :data:`OLD_VALUES`) replaced by those of now, each with a FutureWarning unless ``warn`` is
+    False (``stacklevel`` as ``warnings.warn``'s, counted from the caller). Both spellings of
+    one setting raise :class:`ConfigError`."""
     out = dict(values)
-    for key in values:
-        new = renamed_key(cls, key)
-        if new is None:
-            continue
-        if new in values:
-            raise ConfigError(f"{cls.__name__}: {key!r} is the old name of {new!r}; give only {new!r}")
+    for key, value in values.items():
+        alias = alias_of(cls, key)
+        if isinstance(alias, Renamed):
+            if alias.new in values:
+                raise ConfigError(
+                    f"{cls.__name__}: {key!r} is the old name of {alias.new!r}; give only {alias.new!r}"
+                )
+            message = f"{cls.__name__} key {key!r} is deprecated; it is now {alias.new!r}"
+            out[alias.new] = out.pop(key)
+        elif isinstance(alias, Converted):
+            given = [k for k in alias.new if k in values]
+            if given:
+                raise ConfigError(
+                    f"{cls.__name__}: {key!r} is the old spelling of {list(alias.new)}; give only {given}"
+                )
+            now = alias.to_new(value)
+            message = f"{cls.__name__} key {key!r} is deprecated; {key}={value!r} is now {_said(now)}"
+            del out[key]
+            out.update(now)
+        else:
+            entry = _old_value(cls, key, value)
+            if entry is None:
+                continue
+            clash = {
+                k: values[k] for k, v in entry.values.items() if k != key and k in values and values[k] != v
+            }
+            if clash:
+                raise ConfigError(
+                    f"{cls.__name__}: {key}={value!r} is the old spelling of {_said(entry.values)}; "
+                    f"it contradicts {_said(clash)}"
+                )
+            message = f"{cls.__name__} {key}={value!r} is deprecated; it is now {_said(entry.values)}"
+            out.update(entry.values)
         if warn:
-            warnings.warn(
-                f"{cls.__name__} key {key!r} is deprecated; it is now {new!r}",
-                FutureWarning,
-                stacklevel=stacklevel + 1,
-            )
-        out[new] = out.pop(key)
+            warnings.warn(message, FutureWarning, stacklevel=stacklevel + 1)
     return out
 
 
 def legacy_keys(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
     """``values`` (keys as they are named now) with the keys config ``cls`` has had renamed
-    spelt the old way: what checkpoint fingerprints hash, so that they survive a rename."""
-    old = {new: key for key, (new, _) in ALIASES.items() if renamed_key(cls, key) == new}
+    spelt the old way: what checkpoint fingerprints hash, so that they survive a rename. The old
+    keys of the configs merged into ``cls`` are not its own: its fingerprints never spelt them."""
+    old = {}
+    for key, alias in ALIASES.items():
+        if isinstance(alias, Renamed) and alias_of(cls, key, merged=False) is not None:
+            old[alias.new] = key
     return {old.get(k, k): v for k, v in values.items()}
 
 
@@ -138,15 +230,16 @@ class FrozenConfig(metaclass=_AliasedKeys):
     if not TYPE_CHECKING:  # type checkers keep flagging unknown attributes
 
         def __getattr__(self, name):  # only called when ``name`` is not a field
-            new = renamed_key(type(self), name)
-            if new is None:
+            alias = alias_of(type(self), name)
+            if alias is None:
                 raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            now = repr(alias.new) if isinstance(alias, Renamed) else " and ".join(map(repr, alias.new))
             warnings.warn(
-                f"{type(self).__name__}.{name} is deprecated; it is now {new!r}",
+                f"{type(self).__name__}.{name} is deprecated; it is now {now}",
                 FutureWarning,
                 stacklevel=2,
             )
-            return getattr(self, new)
+            return getattr(self, alias.new) if isinstance(alias, Renamed) else alias.to_old(self)
 
 
 def _coerce(owner: str, name: str, hint: Any, value: Any) -> Any:

@@ -9,16 +9,16 @@ defaults, so the result is never worse than them on that split. With ``out=DIR``
 - ``best.toml``: the best trial's settings as ``[model]`` and ``[train]`` tables, the file that
   ``semiparam fit --config`` (and :func:`load_config`) takes,
 - ``tune.json``: what was searched, on which data, with which code, and the best trial,
-- ``study.db`` (serial backend): the Optuna study, so that ``resume=True`` continues a killed
+- ``study.db`` (serial executor): the Optuna study, so that ``resume=True`` continues a killed
   search where it stopped.
 
 Each trial fits ``n_estimators`` members (default 1: single-model settings, a third of the cost of
 the default ensemble; the defaults' ensemble then applies on top of the chosen settings).
 
-``backend="ray"`` runs the trials as Ray Tune trials with Optuna as the search algorithm
+``executor="ray"`` runs the trials as Ray Tune trials with Optuna as the search algorithm
 (``pip install 'semiparam[distributed]'``), on the local machine (``ray.init()``) or on the cluster
 at ``ray_address``. With ``max_concurrent=1`` and the same seeds the trials, their settings and
-their scores equal the serial backend's (each trial's fit is seeded and runs on ``threads``
+their scores equal the serial executor's (each trial's fit is seeded and runs on ``threads``
 threads); with more at once, TPE proposes some trials before earlier ones have reported, so the
 search differs (the trials stay seeded and reproducible one by one).
 """
@@ -41,7 +41,7 @@ import pandas as pd
 
 from ._config import ConfigError, read_settings_file
 from ._io import atomic_file
-from .parallel import BACKENDS  # where independent work runs: serial (Optuna here) or Ray (Ray Tune)
+from .parallel import EXECUTORS, resolve_executor  # where trials run: serial (Optuna) or Ray (Ray Tune)
 
 try:  # the search runs on Optuna: pip install 'semiparam[tune]'
     import optuna
@@ -453,11 +453,12 @@ def tune(
     out: str | Path | None = None,
     resume: bool = False,
     overwrite: bool = False,
-    backend: Literal["serial", "ray"] = "serial",
+    executor: Literal["serial", "ray"] = "serial",
     ray_address: str | None = None,
     max_concurrent: int = 1,
     cpus_per_trial: float | None = None,
     verbose: bool = False,
+    backend: Literal["serial", "ray"] | None = None,
 ) -> TuneResult:
     """Search the settings of ``model`` for the table ``frame`` with target column(s) ``targets``.
 
@@ -468,27 +469,29 @@ def tune(
     step ceiling. ``threads``: torch threads per trial (None: as set;
     with Ray, ``cpus_per_trial`` rounded down, at least 1). ``out``: the directory for the files
     the module docstring lists; an existing one is refused unless ``resume`` (continue its study,
-    serial backend) or ``overwrite``. ``verbose``: a line on standard error as each trial of the
-    serial backend ends. See the module docstring for the backends.
+    serial executor) or ``overwrite``. ``verbose``: a line on standard error as each trial of the
+    serial executor ends. See the module docstring for the executors. ``backend``: the old name
+    of ``executor`` (deprecated).
     """
+    executor = resolve_executor(executor, backend)
     if optuna is None:
         raise ImportError("semiparam tune needs Optuna: pip install 'semiparam[tune]'")
-    if backend not in BACKENDS:
-        raise ConfigError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if executor not in EXECUTORS:
+        raise ConfigError(f"executor must be one of {EXECUTORS}, got {executor!r}")
     if n_trials < 1:
         raise ConfigError(f"n_trials must be >= 1, got {n_trials}")
     if n_estimators < 1:
         raise ConfigError(f"n_estimators must be >= 1, got {n_estimators}")
     if max_concurrent < 1:
         raise ConfigError(f"max_concurrent must be >= 1, got {max_concurrent}")
-    if resume and backend != "serial":
-        raise ConfigError("resume continues an Optuna study on disk: the serial backend only")
+    if resume and executor != "serial":
+        raise ConfigError("resume continues an Optuna study on disk: the serial executor only")
     space = dict(search_space) if search_space is not None else default_search_space(model)
     check_search_space(space, model, preset)
     defaults = default_settings(space, model, preset, model_options, train_options)
     off_space = [k for k, v in defaults.items() if not _in_space(v, space[k])]
     out_dir = _prepare_out(out, resume=resume, overwrite=overwrite)
-    if backend == "ray":
+    if executor == "ray":
         per_trial = cpus_per_trial if cpus_per_trial is not None else float(threads or 1)
         threads = threads if threads is not None else max(1, int(per_trial))
     problem = _make_problem(
@@ -509,7 +512,7 @@ def tune(
     first = None if off_space else defaults
     start = time.perf_counter()
     search = _Search(problem, space, first, n_trials, timeout, random_state, verbose)
-    if backend == "serial":
+    if executor == "serial":
         rows = _run_serial(search, out_dir)
     else:
         with tempfile.TemporaryDirectory(prefix="semiparam-ray-") as scratch:
@@ -553,7 +556,7 @@ def tune(
                 "random_state": random_state,
                 "device": device,
                 "threads": threads,
-                "backend": backend,
+                "executor": executor,
                 "max_concurrent": max_concurrent,
                 "seconds": time.perf_counter() - start,
             },
@@ -604,7 +607,7 @@ def _trial_row(
 
 @dataclass(frozen=True)
 class _Search:
-    """What both backends run: ``n_trials`` trials of ``problem`` over ``space``, ``first`` (the
+    """What both executors run: ``n_trials`` trials of ``problem`` over ``space``, ``first`` (the
     defaults) first, sampled by :class:`TrialSeededTPE` with ``seed``."""
 
     problem: _Problem
@@ -691,7 +694,7 @@ def _run_ray(
         from ray.tune.search.optuna import OptunaSearch
     except ImportError as err:
         raise ImportError(
-            f"backend='ray' needs Ray Tune and Optuna ({err}): pip install 'semiparam[distributed]'"
+            f"executor='ray' needs Ray Tune and Optuna ({err}): pip install 'semiparam[distributed]'"
         ) from err
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -6,11 +6,14 @@ the others, so the imports run one way."""
 from __future__ import annotations
 
 import argparse
+import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._config import ConfigError, parse_override, read_settings_file
 from .._io import atomic_file
+from ..parallel import EXECUTORS
 
 if TYPE_CHECKING:  # pandas loads when a command runs, not for --help
     import pandas as pd
@@ -79,12 +82,39 @@ def split_list(text: str | None) -> list[str] | None:
     return [t.strip() for t in text.split(",") if t.strip()] if text else None
 
 
-def ray_options(p: argparse.ArgumentParser, what: str) -> None:
-    """``--backend`` and ``--ray-address`` of a command whose independent fits may run on Ray."""
+class _DeprecatedExecutorFlag(argparse.Action):
+    """``--backend``, the old name of ``--executor`` (hidden from ``--help``): sets the executor
+    with a FutureWarning that names ``--executor``."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        warnings.warn(
+            f"{option_string} is deprecated: where independent fits run is now --executor; use "
+            f"--executor {values}",
+            FutureWarning,
+            stacklevel=2,
+        )
+        setattr(namespace, self.dest, values)
+
+
+def executor_option(p: argparse.ArgumentParser, help: str) -> None:
+    """``--executor {serial,ray}`` (default serial), and ``--backend``, its old name, hidden."""
+    p.add_argument("--executor", choices=EXECUTORS, default="serial", help=help)
     p.add_argument(
         "--backend",
-        choices=["serial", "ray"],
-        default="serial",
-        help=f"train {what} one after another (default) or as Ray tasks; the result is the same",
+        choices=EXECUTORS,
+        dest="executor",
+        action=_DeprecatedExecutorFlag,
+        help=argparse.SUPPRESS,
     )
-    p.add_argument("--ray-address", help="with --backend ray: an existing cluster (default: start one here)")
+
+
+def ray_options(p: argparse.ArgumentParser, what: str) -> None:
+    """``--executor`` and ``--ray-address`` of a command whose independent fits may run on Ray."""
+    executor_option(p, f"train {what} one after another (default) or as Ray tasks; the result is the same")
+    p.add_argument("--ray-address", help="with --executor ray: an existing cluster (default: start one here)")

@@ -221,7 +221,7 @@ def cmd_impute_vcf(args: argparse.Namespace) -> int:
             model_options=model_options or None,
             train_options=train_options or None,
             device=args.device,
-            backend=args.backend,
+            executor=args.executor,
             ray_address=args.ray_address,
         )
     except ModuleNotFoundError as err:

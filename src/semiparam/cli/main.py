@@ -65,8 +65,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
     # under torchrun (WORLD_SIZE > 1): join the process group; rank 0 writes the run directory
     group, args.device = init_from_environment(args.device)
-    if group.distributed and args.backend == "ray":
-        raise ValueError("--backend ray trains the members as Ray tasks; it does not combine with torchrun")
+    if group.distributed and args.executor == "ray":
+        raise ValueError("--executor ray trains the members as Ray tasks; it does not combine with torchrun")
     if args.resume and not args.out:
         raise ValueError("--resume needs --out: the run directory of the fit to continue")
     out = Path(args.out or f"runs/{args.model}-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -97,7 +97,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         loss=args.loss,
         time_budget=args.time_budget,
         n_estimators=args.n_estimators,
-        backend=args.backend,
+        executor=args.executor,
         ray_address=args.ray_address,
         continuous_features=split_list(args.continuous),
         **_training_kwargs(args),

@@ -6,9 +6,11 @@
 ``np-fit`` meta-learns from one task per value of the ``--task`` column (each split at random into
 context and targets at every step, :class:`~semiparam.neural_processes.TaskCollection`) and writes the run
 directory: ``model/`` (weights and settings) and ``np_run.json`` (the columns, the settings and the
-training history). ``np-predict`` predicts every row of the targets table from the context rows of
-its own task: the targets table plus ``<y>_mean`` and ``<y>_std`` per output column, and, when the
-targets hold the outputs too, the mean log-likelihood of each task on stderr.
+training history). ``--set train.<key>=<value>`` sets any training setting (the fields of
+:class:`~semiparam.training.config.TrainConfig`, over its neural-process preset), ``--set
+model.<key>=<value>`` the model's. ``np-predict`` predicts every row of the targets table from the
+context rows of its own task: the targets table plus ``<y>_mean`` and ``<y>_std`` per output
+column, and, when the targets hold the outputs too, the mean log-likelihood of each task on stderr.
 """
 
 from __future__ import annotations
@@ -42,6 +44,14 @@ def add_np_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
     p.add_argument("--steps", type=int, default=2000, help="training steps (batches of tasks)")
     p.add_argument("--batch-size", type=int, default=16, help="tasks per step")
     p.add_argument("--learning-rate", type=float, default=5e-4)
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="a setting: model.<key> (the model's config) or train.<key> (TrainConfig, the neural-process"
+        " preset's, e.g. train.lr_schedule=adaptive); repeatable, after --steps and the like",
+    )
     p.add_argument("--min-ctx", type=int, default=3, help="fewest context points per task and draw")
     p.add_argument("--max-ctx", type=int, help="most context points per task and draw (default: all but one)")
     p.add_argument("--out", required=True, help="run directory")
@@ -83,7 +93,7 @@ def _model_class(name: str) -> Any:
 
 def cmd_np_fit(args: argparse.Namespace) -> int:
     from ..neural_processes import TaskCollection
-    from .common import read_table, split_list
+    from .common import load_settings, read_table, split_list
 
     out = Path(args.out)
     if out.exists() and not (out.is_dir() and not any(out.iterdir())) and not args.force:
@@ -101,10 +111,19 @@ def cmd_np_fit(args: argparse.Namespace) -> int:
     )
     if not args.quiet:
         print(f"{args.data}: {tasks!r}", file=sys.stderr)
+    model_options, train_options = load_settings(None, args.set)
     model = _model_class(args.model)(
-        random_state=args.seed, device=args.device, x_dim=len(x_cols), y_dim=len(y_cols)
+        random_state=args.seed,
+        device=args.device,
+        **{"x_dim": len(x_cols), "y_dim": len(y_cols), **model_options},
     )
-    model.fit(tasks, max_steps=args.steps, batch_size=args.batch_size, learning_rate=args.learning_rate)
+    train_options = {
+        "max_steps": args.steps,
+        "batch_size": args.batch_size,
+        "learning_rate": args.learning_rate,
+        **train_options,
+    }
+    model.fit(tasks, **train_options)
     from .._io import atomic_directory
 
     with atomic_directory(out, overwrite=args.force) as tmp:
@@ -122,6 +141,8 @@ def cmd_np_fit(args: argparse.Namespace) -> int:
                 "min_ctx": tasks.min_ctx,
                 "max_ctx": tasks.max_ctx,
                 "seed": args.seed,
+                "model_options": model_options,
+                "train_options": train_options,
             },
             "history": history,
         }

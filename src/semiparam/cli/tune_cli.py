@@ -33,7 +33,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         out=args.out,
         resume=args.resume,
         overwrite=args.force,
-        backend=args.backend,
+        executor=args.executor,
         ray_address=args.ray_address,
         max_concurrent=args.max_concurrent,
         cpus_per_trial=args.cpus_per_trial,
@@ -56,9 +56,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def add_tune_parser(sub: Any) -> None:
+    from .common import executor_option
+
     p = sub.add_parser(
         "tune",
-        help="search a table model's settings (Optuna TPE; Ray Tune with --backend ray)",
+        help="search a table model's settings (Optuna TPE; Ray Tune with --executor ray)",
         description="Fit the model on 80% of the rows per trial and score the rest; the first trial "
         "is the defaults. Writes OUT/trials.csv, OUT/best.toml (for fit --config) and OUT/tune.json.",
     )
@@ -82,7 +84,7 @@ def add_tune_parser(sub: Any) -> None:
     p.add_argument("--threads", type=int, help="torch threads per trial (default: as set)")
     p.add_argument("--resume", action="store_true", help="continue the search in --out (serial)")
     p.add_argument("--force", action="store_true", help="replace the files of an earlier search in --out")
-    p.add_argument("--backend", choices=["serial", "ray"], default="serial")
+    executor_option(p, "run the trials one after another here (default) or as Ray Tune trials")
     p.add_argument("--ray-address", help="an existing Ray cluster (default: start one on this machine)")
     p.add_argument("--max-concurrent", type=int, default=1, help="Ray: trials at once (default 1)")
     p.add_argument("--quiet", action="store_true", help="no line per finished trial")

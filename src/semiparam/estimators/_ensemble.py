@@ -29,7 +29,7 @@ import pandas as pd
 import torch
 
 from ..data.table import EncodedTable, TableEncoder, TableSchema
-from ..parallel import check_backend, map_tasks
+from ..parallel import check_executor, map_tasks
 from ..training.config import TrainConfig
 from ..training.device import autocast_dtype
 from ..training.distributed import current_group
@@ -147,7 +147,7 @@ class EnsembleLearner:
     ``more_families``, members of several model families (NPT and SPIN), every member's
     prediction weighing the same in the average."""
 
-    # with backend="ray", predictions for more query rows than this are sharded over Ray tasks
+    # with executor="ray", predictions for more query rows than this are sharded over Ray tasks
     predict_shard_rows = 50_000
 
     def __init__(
@@ -161,7 +161,7 @@ class EnsembleLearner:
         device: str | torch.device = "auto",
         seed: int = 0,
         verbose: bool | None = None,
-        backend: str = "serial",
+        executor: str = "serial",
         ray_address: str | None = None,
     ) -> None:
         families = [Family(model_name, model_config, train_config, n_members), *more_families]
@@ -175,8 +175,8 @@ class EnsembleLearner:
                         f"table, but their {name} differ: {getattr(family.train_config, name)!r} and "
                         f"{getattr(train_config, name)!r}"
                     )
-        check_backend(backend, ray_address)
-        self.backend = backend
+        check_executor(executor, ray_address)
+        self.executor = executor
         self.ray_address = ray_address
         self.model_name = "+".join(dict.fromkeys(f.model_name for f in families))
         self.model_config = model_config
@@ -301,7 +301,7 @@ class EnsembleLearner:
             self._fit_together(enc, enc_u)
         elif workers > 1:
             self._fit_concurrently(enc, enc_u, member_dirs, resume, workers)
-        elif self.backend == "serial" or len(self.members) == 1:
+        elif self.executor == "serial" or len(self.members) == 1:
             overhead = 0.0  # seconds a member's fit spends outside its training steps, as measured
             for k, (member, member_dir) in enumerate(zip(self.members, member_dirs, strict=True)):
                 budget = self._member_budget(k, time.perf_counter() - start, overhead)
@@ -317,7 +317,7 @@ class EnsembleLearner:
             packed = map_tasks(
                 fit,
                 list(zip(self.members, member_dirs, strict=True)),
-                backend=self.backend,
+                executor=self.executor,
                 address=self.ray_address,
                 threads=self.member_threads(checkpoint_dir),
             )
@@ -355,7 +355,7 @@ class EnsembleLearner:
         return (
             wanted
             and len(self.members) > 1
-            and self.backend == "serial"
+            and self.executor == "serial"
             and checkpoint_dir is None
             and current_group().world_size == 1
             and c.shards in (None, 1)
@@ -371,7 +371,7 @@ class EnsembleLearner:
         concurrent_members``), each on one PyTorch thread; 1: one after another. All members at
         once up to one more than PyTorch's threads (so a core does not idle while a member's
         Python holds the interpreter lock), and never on a GPU unless asked ("always")."""
-        if self.backend != "serial" or self.member_threads(checkpoint_dir) is None:
+        if self.executor != "serial" or self.member_threads(checkpoint_dir) is None:
             return 1
         return min(len(self.members), torch.get_num_threads() + 1)
 
@@ -486,10 +486,10 @@ class EnsembleLearner:
         who = " + ".join(f"{k} {name}" for name, k in counts.items())
         return f"{who} member{'s' if n > 1 else ''} on {self.device}, {how}{together}"
 
-    def use_backend(self, backend: str, ray_address: str | None = None) -> None:
+    def use_executor(self, executor: str, ray_address: str | None = None) -> None:
         """Where later fits and large predictions run (``"serial"`` or ``"ray"``)."""
-        check_backend(backend, ray_address)
-        self.backend, self.ray_address = backend, ray_address
+        check_executor(executor, ray_address)
+        self.executor, self.ray_address = executor, ray_address
 
     def set_context(self, context: EncodedTable) -> None:
         for member in self.members:
@@ -507,7 +507,7 @@ class EnsembleLearner:
         """As :meth:`TableLearner.predict_columns`, averaged over the members."""
         assert self.encoder is not None
         queries = frame if isinstance(frame, EncodedTable) else self.encoder.transform(frame, absent=absent)
-        if self.backend == "ray" and len(queries.values) > self.predict_shard_rows:
+        if self.executor == "ray" and len(queries.values) > self.predict_shard_rows:
             return _finite(self._predict_sharded(queries, columns))
         outs = [m.predict_columns(queries, columns) for m in self.members]
         if len(outs) == 1:
@@ -539,7 +539,7 @@ class EnsembleLearner:
         for member in self.members:
             member.context_state()  # encode the context now, once for every shard
         local = copy.copy(self)
-        local.backend = "serial"  # the tasks predict their shard here, not on Ray again
+        local.executor = "serial"  # the tasks predict their shard here, not on Ray again
         step = self.predict_shard_rows
         shards = [
             EncodedTable(queries.values[i : i + step], queries.missing[i : i + step])
@@ -554,7 +554,7 @@ class EnsembleLearner:
             parts = map_tasks(
                 functools.partial(_predict_shard, local, tuple(columns)),
                 shards,
-                backend="ray",
+                executor="ray",
                 address=self.ray_address,
                 on_result=lambda i, _: bar.update(),
             )
@@ -607,7 +607,7 @@ class EnsembleLearner:
         ens.model_config = first.model_config
         ens.train_config, ens.seed = first.train_config, first.seed
         ens.members, ens.encoder, ens.history = members, first.encoder, history
-        ens.backend, ens.ray_address = "serial", None  # how it was fitted is not part of the model
+        ens.executor, ens.ray_address = "serial", None  # how it was fitted is not part of the model
         for m in members[1:]:
             m.encoder = first.encoder  # one encoder, as when fitted
         return ens, extra

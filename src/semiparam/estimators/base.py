@@ -22,6 +22,7 @@ from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 from .._config import ConfigError, canonical_keys
 from ..data.table import DataValidationError, check_table
 from ..models.registry import get_model, model_names
+from ..parallel import resolve_executor
 from ..training.config import TrainConfig
 from ._ensemble import EnsembleLearner, Family
 
@@ -134,6 +135,14 @@ class TableEstimatorMixin(BaseEstimator):
     def _adjust_model_config(self, model_config: Any) -> Any:
         return model_config
 
+    def _executor(self) -> str:
+        """Where independent fits and large predictions run: ``executor``, or ``backend`` (its
+        old name, deprecated: a FutureWarning) when that was given. Resolved at fit and predict,
+        not in ``__init__``, which stores both as given (scikit-learn's ``get_params`` /
+        ``clone``)."""
+        executor, backend = getattr(self, "executor", "serial"), getattr(self, "backend", None)
+        return resolve_executor(executor, backend, stacklevel=3)
+
     def _model_options(self, model_name: str) -> dict[str, Any]:
         """``model_options`` for ``model_name``. With ``model="auto"`` an entry named after a
         family (``"npt": {...}``) holds that family's options, and any other entry is an option
@@ -208,7 +217,7 @@ class TableEstimatorMixin(BaseEstimator):
             device=self.device,
             seed=seed,
             verbose=self.verbose,
-            backend=getattr(self, "backend", "serial"),
+            executor=self._executor(),
             ray_address=getattr(self, "ray_address", None),
         )
 
@@ -310,9 +319,11 @@ class TableEstimatorMixin(BaseEstimator):
             return None
         return self._as_frame(X_unlabeled, reset=False)
 
-    def _with_members(self, members: Sequence[Any]) -> Any:
-        """A view of this fitted estimator that predicts with ``members`` (some of its ensemble's
-        members, whose weights it shares) and without the others."""
+    def with_members(self, members: Sequence[Any]) -> Any:
+        """A view of this fitted estimator that predicts with ``members`` (some of the fitted
+        ensemble's ``learner_.members``, whose weights it shares) and without the others: how a
+        smaller ensemble of the same fit would predict, with nothing retrained."""
+        check_is_fitted(self, "learner_")
         view = copy.copy(self)
         view.learner_ = copy.copy(self.learner_)
         view.learner_.members = list(members)
@@ -329,9 +340,13 @@ class TableEstimatorMixin(BaseEstimator):
         """Save the fitted estimator to directory ``path`` (written aside and renamed into place;
         an existing ``path`` raises :class:`FileExistsError` unless ``overwrite``)."""
         check_is_fitted(self, "learner_")
+        params = self.get_params(deep=False)
+        if params.get("backend") is not None:  # the deprecated name of executor: saved as executor
+            params["executor"] = params["backend"]
+        params.pop("backend", None)
         extra = {
             "class": type(self).__name__,
-            "params": {k: v for k, v in self.get_params(deep=False).items()},
+            "params": params,
             "feature_columns": list(self.feature_columns_),
             "n_features_in": int(self.n_features_in_),
             "feature_names_in": list(self.feature_names_in_) if hasattr(self, "feature_names_in_") else None,

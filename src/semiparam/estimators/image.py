@@ -65,8 +65,10 @@ _PARAMS_DOC = """
         Ensemble members (each its own seed and validation split; probabilities averaged).
     model_options, train_options : dict, optional
         Further model config / ``TrainConfig`` fields; unknown keys raise.
-    device, random_state, verbose, backend, ray_address :
+    device, random_state, verbose, executor, ray_address :
         As for the table estimators (``NPTClassifier``).
+    backend : optional
+        Deprecated: the old name of ``executor`` (a FutureWarning at fit).
 """
 
 
@@ -112,8 +114,9 @@ class _ImageClassifier(ClassifierMixin, ExplainMixin, TableEstimatorMixin):
         device: str = "auto",
         random_state: Any = None,
         verbose: bool | None = None,
-        backend: str = "serial",
+        executor: str = "serial",
         ray_address: str | None = None,
+        backend: str | None = None,
     ) -> None:
         _common_init(self, **{k: v for k, v in locals().items() if k not in ("self", "__class__")})
 
@@ -239,6 +242,20 @@ class _ImageClassifier(ClassifierMixin, ExplainMixin, TableEstimatorMixin):
     ) -> _ImageClassifier:
         """Fit on ``images`` ``(n, H, W)`` or ``(n, C, H, W)`` (uint8 0-255, or floats) and their
         class ``labels``. ``checkpoint_dir`` / ``resume``: as ``NPTClassifier.fit``."""
+        encoder, table = self.encode_for_fit(images, labels)
+        learner = self._new_learner()
+        learner.fit_encoded(encoder, table, checkpoint_dir=checkpoint_dir, resume=resume)
+        self.learner_ = learner
+        return self
+
+    def encode_for_fit(self, images: Any, labels: Any) -> tuple[TableEncoder, EncodedTable]:
+        """The first half of :meth:`fit` (as ``TableLearner.encode_for_fit`` is for tables): check
+        ``images`` and ``labels``, learn the classes, the image geometry (patch size, padding) and
+        the per-channel pixel statistics, and return the encoder and the encoded table training
+        reads, ``(n, n_padded_pixels + 1)``: each image's standardised, padded pixels and its label code.
+        Nothing is trained, but the classes and image statistics are set as by a fit (a fitted
+        estimator's are replaced: fit again after). With :meth:`resolved_configs` it is what a fit's
+        model and training step are built from (to measure one step's cost without a fit, say)."""
         x = check_images(images)
         y = check_labels(labels, len(x))
         check_classification_targets(y)
@@ -252,16 +269,12 @@ class _ImageClassifier(ClassifierMixin, ExplainMixin, TableEstimatorMixin):
         self._pixel_stats(x)
         self.feature_columns_: list[str] = []  # pixels have no names; see image_shape_
         self.n_features_in_ = int(np.prod(x.shape[1:]))
-        encoder = self._encoder()
-        learner = self._new_learner()
-        learner.fit_encoded(encoder, self._encode(x, y), checkpoint_dir=checkpoint_dir, resume=resume)
-        self.learner_ = learner
-        return self
+        return self._encoder(), self._encode(x, y)
 
     def predict_proba(self, images: Any) -> np.ndarray:
         """Class probabilities ``(n, n_classes)``, columns in the order of ``classes_``."""
         queries = self._encode_queries(images)
-        self.learner_.use_backend(self.backend, self.ray_address)
+        self.learner_.use_executor(self._executor(), self.ray_address)
         return self.learner_.predict_columns(queries, [TARGET])[TARGET]["proba"]
 
     def predict(self, images: Any) -> np.ndarray:

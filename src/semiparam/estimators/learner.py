@@ -85,6 +85,7 @@ class TableLearner:
         seed: int = 0,
         verbose: bool | None = None,
     ) -> None:
+        train_config.check_for("table")  # the neural processes' settings would do nothing here
         self.model_name = model_name
         self.model_config = model_config
         self.train_config = train_config

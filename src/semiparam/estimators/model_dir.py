@@ -42,7 +42,7 @@ from .._config import FrozenConfig
 from .._io import ModelFileError, atomic_directory, file_sha256, read_json, read_tensors, verify_checksums
 from .._provenance import library_version as module_version
 
-FORMAT_VERSION = 2  # the model-directory format this version writes; older ones are upgraded
+FORMAT_VERSION = 3  # the model-directory format this version writes; older ones are upgraded
 META_FILE = "semiparam.json"
 WEIGHTS_FILE = "model.safetensors"
 
@@ -180,6 +180,20 @@ def _kind_from_layout(meta: dict[str, Any], meta_file: str) -> dict[str, Any]:
     out.setdefault("library_version", None)  # written before it was recorded
     out.setdefault("sha256", None)  # None: nothing to check
     return out
+
+
+@upgrade(2)
+def _executor_from_backend(meta: dict[str, Any], meta_file: str) -> dict[str, Any]:
+    """Format 2: the estimators' ``executor`` parameter (where independent fits run, ``"serial"``
+    or ``"ray"``) was called ``backend`` in the saved parameters (``estimator.params``) of the
+    table, ensemble and prior-fitted kinds; "backend" now names only the attention backends."""
+    estimator = meta.get("estimator")
+    if not isinstance(estimator, dict) or not isinstance(estimator.get("params"), dict):
+        return dict(meta)
+    params = dict(estimator["params"])
+    if "backend" in params:
+        params.setdefault("executor", params.pop("backend"))
+    return {**meta, "estimator": {**estimator, "params": params}}
 
 
 def upgraded(meta: dict[str, Any], meta_file: str | Path) -> dict[str, Any]:

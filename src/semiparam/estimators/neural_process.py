@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from .._config import ConfigError
+from .._io import ModelFileError
 from ..data.task_collection import TaskCollection
 from ..data.tasks import TaskBatch
 from ..models.anp import ANPConfig, ANPModule
@@ -40,8 +41,9 @@ from ..models.ipnp import CIPNPConfig, CIPNPModule, IPNPConfig, IPNPModule
 from ..models.np_base import NeuralProcess, NPConfig
 from ..models.tnpd import TNPDConfig, TNPDModule
 from ..training.checkpoint import TrainingCheckpoint, fingerprint
+from ..training.config import TrainConfig
 from ..training.device import resolve_device
-from ..training.np_loop import NPTrainConfig, NPTrainHistory, TaskSource, train_neural_process
+from ..training.np_loop import NPTrainHistory, TaskSource, fingerprint_settings, train_neural_process
 from ..training.seeding import seeded_build
 from ._np_inputs import ArrayLike, Tasks, check_samples, returns_numpy, validate_tasks
 from .model_dir import module_tensors, read_model_dir, save_model_dir
@@ -93,7 +95,7 @@ class NeuralProcessEstimator:
         self.device = resolve_device(device)
         self.module_: NPModule | None = None
         self.config_: NPConfig | None = None  # resolved config the module was built with
-        self.train_config_: NPTrainConfig | None = None
+        self.train_config_: TrainConfig | None = None
         self.history_: NPTrainHistory | None = None
         self.seed_: int | None = None
 
@@ -150,7 +152,7 @@ class NeuralProcessEstimator:
         tasks: TaskSource | Sequence[tuple[Any, Any]] | pd.DataFrame,
         max_steps: int | None = None,
         *,
-        train_config: NPTrainConfig | None = None,
+        train_config: TrainConfig | None = None,
         callback: Callable[[int, float], bool | None] | None = None,
         task_column: str = "task",
         x_columns: str | Sequence[str] | None = None,
@@ -165,8 +167,11 @@ class NeuralProcessEstimator:
         DataFrame with one task per value of ``task_column``, inputs ``x_columns`` (default: every
         other column but the last) and outputs ``y_columns`` (default: the last column); lists and
         tables become a :class:`~semiparam.neural_processes.TaskCollection` seeded by ``random_state``.
-        ``max_steps`` and ``train_options`` override fields of ``train_config``
-        (:class:`NPTrainConfig`: batch_size, learning_rate, ...). ``callback(step, loss)`` runs
+        ``max_steps`` and ``train_options`` override fields of ``train_config`` (a
+        :class:`~semiparam.training.config.TrainConfig`, by default
+        :meth:`TrainConfig.neural_process() <semiparam.training.config.TrainConfig.neural_process>`:
+        batch_size (tasks per step), learning_rate, lr_schedule, ...; the table models' settings, such
+        as the masking objective, raise). ``callback(step, loss)`` runs
         after each step (the model in training can be scored from it, e.g. with :meth:`evaluate`);
         returning True stops early. ``validation``: held-out task batches, scored every
         ``eval_every`` steps (mean target log-likelihood); the best weights are kept, and
@@ -179,7 +184,8 @@ class NeuralProcessEstimator:
         overrides = dict(train_options)
         if max_steps is not None:
             overrides["max_steps"] = max_steps
-        config = NPTrainConfig.from_dict(overrides, base=train_config or NPTrainConfig())
+        config = TrainConfig.from_dict(overrides, base=train_config or TrainConfig.neural_process())
+        config.check_for("neural_process")
         seed = (
             int(self.random_state)
             if self.random_state is not None
@@ -225,13 +231,13 @@ class NeuralProcessEstimator:
                 fingerprint(
                     type(self).__name__,
                     model_config.fingerprint_dict(),
-                    config.fingerprint_dict(),
+                    fingerprint_settings(config),
                     seed,
                     getattr(sampler, "settings", lambda: repr(sampler))(),
                     _batches_digest(validation or []),
                 ),
                 every_steps=config.checkpoint_every_steps,
-                every_seconds=120.0,
+                every_seconds=config.checkpoint_every_seconds,
             )
             resume = checkpoint.read()
         try:
@@ -464,8 +470,17 @@ class NeuralProcessEstimator:
         estimator = model(config, random_state=meta.get("random_state"), device=device)
         module = saved.load_weights(estimator._build(config, seed=0), device=estimator.device).eval()
         estimator.module_, estimator.config_, estimator.seed_ = module, config, meta.get("seed")
-        if meta.get("train_config") is not None:
-            estimator.train_config_ = saved.config(NPTrainConfig, "train_config")
+        train_config = meta.get("train_config")
+        if train_config is not None:
+            if not isinstance(train_config, dict):
+                raise ModelFileError(
+                    f"{saved.meta_file}: 'train_config' is not a mapping of TrainConfig settings"
+                )
+            # saved before the neural processes trained on TrainConfig: the settings of their own config
+            # (clip_norm, checkpoint_every, "cosine"), through the alias map, over its defaults
+            estimator.train_config_ = TrainConfig.from_dict(
+                train_config, base=TrainConfig.neural_process(), warn=False
+            )
         if meta.get("history") is not None:
             estimator.history_ = NPTrainHistory(**meta["history"])
         return estimator

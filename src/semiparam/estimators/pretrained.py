@@ -125,10 +125,10 @@ class PriorFittedLearner:
 
     validation_index = None
 
-    def use_backend(self, backend: str, address: str | None = None) -> None:
-        if backend != "serial":
+    def use_executor(self, executor: str, address: str | None = None) -> None:
+        if executor != "serial":
             raise ValueError(
-                f"init='pretrained' predicts in this process; backend={backend!r} is not supported"
+                f"init='pretrained' predicts in this process; executor={executor!r} is not supported"
             )
 
     def fit(

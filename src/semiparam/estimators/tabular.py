@@ -161,7 +161,7 @@ class _SupervisedTableEstimator(ExplainMixin, TableEstimatorMixin):
         target, model = names[0], self
         context = self._importance_context
         if context is not None:  # member 0 alone, predicting from its training rows
-            model = self._with_members(self.learner_.members[:1])
+            model = self.with_members(self.learner_.members[:1])
         scores = model._importance_scores(rows, target, context)
         raw = np.clip(scores["importance"].reindex(self.feature_columns_).to_numpy(dtype=float), 0.0, None)
         total = raw.sum()
@@ -207,8 +207,8 @@ class _SupervisedTableEstimator(ExplainMixin, TableEstimatorMixin):
         check_is_fitted(self, "learner_")
         frame = self._as_frame(X, reset=False)
         targets = list(self.learner_.schema.targets)
-        # where to predict follows the estimator's current backend (set_params after fit counts)
-        self.learner_.use_backend(getattr(self, "backend", "serial"), getattr(self, "ray_address", None))
+        # where to predict follows the estimator's current executor (set_params after fit counts)
+        self.learner_.use_executor(self._executor(), getattr(self, "ray_address", None))
         return self.learner_.predict_columns(frame, targets, absent=targets)
 
 
@@ -272,13 +272,17 @@ _PARAMS_DOC = """
     random_state : int, RandomState or None
     verbose : bool or None
         Progress bar; None shows it only on a terminal.
-    backend : {"serial", "ray"}
-        How the ensemble members are trained: one after another (default) or as Ray tasks
-        (``pip install 'semiparam[distributed]'``), each with this process's thread count, so the
-        fitted model is the same either way.
+    executor : {"serial", "ray"}
+        Where the ensemble members are trained: one after another in this process (default) or as
+        Ray tasks (``pip install 'semiparam[distributed]'``), each with this process's thread
+        count, so the fitted model is the same either way; with ``"ray"`` predictions for many
+        rows are sharded over Ray tasks too.
     ray_address : str, optional
-        With ``backend="ray"``: the cluster to join (``"auto"``, ``ray://host:10001``); None starts
+        With ``executor="ray"``: the cluster to join (``"auto"``, ``ray://host:10001``); None starts
         Ray on this machine for the fit.
+    backend : {"serial", "ray"}, optional
+        Deprecated: the old name of ``executor`` (a FutureWarning at fit); "backend" now names
+        only the attention backends (``model_options`` ``row_attention`` / ``column_attention``).
 """
 
 
@@ -351,8 +355,9 @@ class TableClassifier(ClassifierMixin, _SupervisedTableEstimator):
         device: str = "auto",
         random_state: Any = None,
         verbose: bool | None = None,
-        backend: str = "serial",
+        executor: str = "serial",
         ray_address: str | None = None,
+        backend: str | None = None,
     ) -> None:
         _common_init(self, **{k: v for k, v in locals().items() if k not in ("self", "__class__")})
 
@@ -477,8 +482,9 @@ class TableRegressor(RegressorMixin, _ContinuousLossMixin, _SupervisedTableEstim
         device: str = "auto",
         random_state: Any = None,
         verbose: bool | None = None,
-        backend: str = "serial",
+        executor: str = "serial",
         ray_address: str | None = None,
+        backend: str | None = None,
     ) -> None:
         _common_init(self, **{k: v for k, v in locals().items() if k not in ("self", "__class__")})
 
@@ -594,8 +600,9 @@ class TablePredictor(_ContinuousLossMixin, _SupervisedTableEstimator):
         device: str = "auto",
         random_state: Any = None,
         verbose: bool | None = None,
-        backend: str = "serial",
+        executor: str = "serial",
         ray_address: str | None = None,
+        backend: str | None = None,
     ) -> None:
         _common_init(self, **{k: v for k, v in locals().items() if k not in ("self", "__class__")})
 

@@ -63,7 +63,7 @@ from ..estimators.base import canonical_model_options
 from ..estimators.learner import TableLearner, TrainConfig, resolve_device
 from ..estimators.model_dir import read_model_dir, save_model_dir
 from ..models.registry import get_model, model_names
-from ..parallel import check_backend, map_tasks
+from ..parallel import check_executor, map_tasks, resolve_executor
 from .copying import (
     NE_GRID,
     CopyingSettings,
@@ -129,12 +129,14 @@ class GenotypeImputer:
         Progress bars (None: only on a terminal).
     log : callable, optional
         Called with one-line progress messages (the CLI prints them).
-    backend : {"serial", "ray"}
-        How the per-window models are trained: one after another (default) or as Ray tasks
-        (``pip install 'semiparam[distributed]'``), each with this process's thread count; the
-        fitted imputer is the same either way. The shared model is one fit, always here.
+    executor : {"serial", "ray"}
+        Where the per-window models are trained: one after another in this process (default) or
+        as Ray tasks (``pip install 'semiparam[distributed]'``), each with this process's thread
+        count; the fitted imputer is the same either way. The shared model is one fit, always here.
     ray_address : str, optional
-        With ``backend="ray"``: the cluster to join; None starts Ray on this machine.
+        With ``executor="ray"``: the cluster to join; None starts Ray on this machine.
+    backend : {"serial", "ray"}, optional
+        Deprecated: the old name of ``executor`` (a FutureWarning at fit).
     """
 
     def __init__(
@@ -159,8 +161,9 @@ class GenotypeImputer:
         random_state: int = 0,
         verbose: bool | None = None,
         log: Callable[[str], None] | None = None,
-        backend: str = "serial",
+        executor: str = "serial",
         ray_address: str | None = None,
+        backend: str | None = None,
     ) -> None:
         self.model = model
         self.mode = mode
@@ -181,13 +184,21 @@ class GenotypeImputer:
         self.random_state = random_state
         self.verbose = verbose
         self.log = log
-        self.backend = backend
+        self.executor = executor
         self.ray_address = ray_address
+        self.backend = backend  # deprecated: the old name of executor
 
     # -- configuration --------------------------------------------------------------------------
     @property
     def spec(self) -> WindowSpec:
         return WindowSpec(self.n_inputs, self.window_targets, self.overlap, self.kmer)
+
+    def _executor(self, *, warn: bool = True) -> str:
+        """Where the per-window models train: ``executor``, or ``backend`` (its old name,
+        deprecated: a FutureWarning unless ``warn`` is False) when that was given."""
+        if not warn and self.backend is not None:
+            return self.backend
+        return resolve_executor(self.executor, self.backend, stacklevel=3)
 
     def _check_params(self) -> None:
         if self.model not in BASELINES and self.model not in model_names():
@@ -203,7 +214,7 @@ class GenotypeImputer:
             raise ConfigError(f"knn_neighbors must be >= 1 or None, got {self.knn_neighbors}")
         resolve_device(self.device)
         self.spec  # validates the window shape  # noqa: B018
-        check_backend(self.backend, self.ray_address)
+        check_executor(self._executor(), self.ray_address)
 
     @property
     def copying_settings(self) -> CopyingSettings:
@@ -265,10 +276,10 @@ class GenotypeImputer:
             self._plan(typed)
             if self.model in BASELINES:
                 pass
-            elif self.mode == "per_window" and self.backend == "ray":
+            elif self.mode == "per_window" and self._executor(warn=False) == "ray":
                 task = functools.partial(_fit_window_files, copy.copy(self)._without_log())
                 packed = map_tasks(
-                    task, list(enumerate(self.windows_)), backend="ray", address=self.ray_address
+                    task, list(enumerate(self.windows_)), executor="ray", address=self.ray_address
                 )
                 self.learners_ = [TableLearner.from_files(f, device=self.device) for f in packed]
             elif self.mode == "per_window":

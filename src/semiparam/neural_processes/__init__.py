@@ -21,6 +21,11 @@ docstring); a task source is anything with ``sample(batch_size) -> TaskBatch``:
 :class:`GPTaskSampler` (functions drawn from a Gaussian process) or :class:`TaskCollection` (a
 user's own tasks, each split at random into context and targets at every draw).
 
+Training settings: :class:`TrainConfig`, the one training config of every model in the library;
+:meth:`TrainConfig.neural_process` is the neural processes' preset (SPIN paper A.6), and ``fit``'s
+keyword options override its fields (``model.fit(sampler, max_steps=2000, lr_schedule="adaptive")``).
+``NPTrainConfig`` is its deprecated name (one release).
+
 Models: :class:`CIPNP` (conditional, SPIN encoder), :class:`IPNP` (SPIN encoder + global latent,
 ELBO), and the baselines :class:`CANP` and :class:`ANP` (Kim et al. 2019, self-attention over the
 context), :class:`BANP` (Lee et al. 2020, CANP + residual-bootstrap contexts) and :class:`TNPD`
@@ -47,6 +52,7 @@ from ..models.banp import BANPConfig
 from ..models.canp import CANPConfig
 from ..models.ipnp import CIPNPConfig, IPNPConfig
 from ..models.tnpd import TNPDConfig
+from ..training.config import TrainConfig
 from ..training.np_loop import NPTrainConfig, NPTrainHistory
 
 load = load_neural_process
@@ -68,6 +74,7 @@ __all__ = [
     "NPPrediction",
     "NPTrainConfig",
     "NPTrainHistory",
+    "TrainConfig",
     "NeuralProcessEstimator",
     "TNPD",
     "TNPDConfig",

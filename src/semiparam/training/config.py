@@ -1,9 +1,26 @@
-"""Optimisation settings shared by every table model (NPT appendix C.1, C.5)."""
+"""Training settings, one vocabulary for every model (NPT appendix C.1, C.5; SPIN appendix A.6).
+
+The settings are grouped by concern, each group a frozen dataclass of its own: the optimiser
+(:class:`OptimizerSettings`), the learning-rate schedule and stopping rule
+(:class:`ScheduleSettings`), what each step trains on (:class:`BatchSettings`), the masking
+objective of the table models (:class:`MaskingSettings`), how a table is encoded
+(:class:`EncodingSettings`), prediction (:class:`PredictionSettings`), how a fit is run
+(:class:`ExecutionSettings`), training checkpoints (:class:`CheckpointSettings`) and the
+neural-process objective (:class:`NeuralProcessSettings`). :class:`TrainConfig` is all of them
+together, its fields flat (``config.learning_rate``, ``TrainConfig(max_steps=...)``), and is the one
+config of the table models and the neural processes alike; its presets are classmethods
+(:meth:`TrainConfig.cpu`, :meth:`TrainConfig.neural_process`, ...). A setting that acts on one
+kind of model only says so, and :meth:`TrainConfig.check_for` refuses it, moved from its default,
+for the other kind. Keys renamed in the merge (the neural processes' ``clip_norm``,
+``checkpoint_every``, ``lr_schedule="cosine"``) still work through the one alias map
+(``semiparam._config.ALIASES``).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from .._config import ConfigError, FrozenConfig
 from .masking import MaskingPolicy
@@ -12,14 +29,66 @@ from .masking import MaskingPolicy
 # training rows shares the column's "infrequent" level
 MIN_CATEGORY_COUNT = 5
 
+ModelKind = Literal["table", "neural_process"]
+
 
 @dataclass(frozen=True)
-class TrainConfig(FrozenConfig):
-    max_steps: int = 400  # with lr_schedule="adaptive": a ceiling, training normally stops earlier
+class OptimizerSettings(FrozenConfig):
+    """The optimiser's step: LAMB + Lookahead for the table models (the papers'), Adam for the
+    neural processes (SPIN appendix A.6); its learning rate and gradient clipping."""
+
     learning_rate: float = 1e-3
+    # as the paper's reference code: each gradient element is clamped to [-1, 1] ("value");
+    # "norm": the gradients' global norm is scaled down to clip_value (the neural processes'
+    # clip_norm, ALIASES); "none": no clipping (the neural-process paper's)
+    clip_mode: Literal["value", "norm", "none"] = "value"
+    clip_value: float = 1.0
+    lookahead_k: int = 6  # table models only (Lookahead over LAMB)
+    lookahead_alpha: float = 0.5  # table models only
+
+    def validate(self) -> None:
+        super().validate()
+        if self.learning_rate <= 0:
+            raise ConfigError(f"learning_rate must be > 0, got {self.learning_rate}")
+        if self.clip_mode != "none" and not self.clip_value > 0:
+            raise ConfigError(
+                f"clip_value must be > 0 with clip_mode={self.clip_mode!r}, got {self.clip_value}"
+            )
+        if self.lookahead_k < 1:
+            raise ConfigError(f"lookahead_k must be >= 1, got {self.lookahead_k}")
+
+
+@dataclass(frozen=True)
+class ScheduleSettings(FrozenConfig):
+    """How long a fit runs and its learning rate at each step: the schedule, validation, the
+    stopping rule and the time budget.
+
+    ``eval_every`` and ``patience`` act when the fit has validation data (a table's held-out rows,
+    a neural process's validation tasks): the validation loss is computed every ``eval_every``
+    steps, the best weights are kept and restored at the end, and after ``patience`` evaluations
+    without improvement training stops (or, with ``lr_schedule="adaptive"``, anneals).
+
+    ``lr_schedule="adaptive"`` trains until the validation score stops improving instead of for a
+    fixed number of steps: the learning rate stays flat until ``patience`` evaluations pass without
+    the validation loss (smoothed by an exponential moving average, weight ``smoothing`` on the
+    past) improving by 0.1%, then a cosine anneal to 0 over ``anneal_fraction`` x the steps run so
+    far ends the fit; ``max_steps`` is only a ceiling (the anneal starts in time to end there), and
+    no plateau is declared before ``min_steps``. With ``lr_drops`` > 0 (neural processes only) the
+    first ``lr_drops`` plateaus each multiply the learning rate by ``drop_factor`` (a step down;
+    the plateau rule starts afresh) and only the next one starts the anneal: at a flat learning
+    rate the validation score plateaus where the optimiser's noise hides its progress, and a lower
+    rate can still go on improving (a run converged when even the lowest rate stops improving).
+    NOTE[DIFF]: the neural-process paper trains a fixed 100,000 steps of cosine annealing; a fixed
+    schedule's best weights are its last by construction, so it cannot tell a converged run from
+    one cut short, while a plateau at the lowest learning rate can.
+    """
+
+    max_steps: int = 400  # with lr_schedule="adaptive": a ceiling, training normally stops earlier
     # "adaptive": flat learning rate until the smoothed validation loss stops improving (or the
     # step ceiling / time budget is near), then a cosine anneal over ``anneal_fraction`` of the
-    # steps run so far, then stop. The others are fixed schedules over ``max_steps``.
+    # steps run so far, then stop. The others are fixed schedules over ``max_steps``:
+    # "flat_cosine" flat for ``flat_fraction`` of them, then a cosine anneal to 0 (a cosine over
+    # the whole run with flat_fraction=0: the neural processes' "cosine", ALIASES)
     lr_schedule: Literal["adaptive", "flat_cosine", "poly_warmup", "constant"] = "flat_cosine"
     flat_fraction: float = 0.5  # NPT-Small 0.5, NPT-Base 0.7
     warmup_fraction: float = 0.01  # poly_warmup and adaptive (linear warmup)
@@ -29,8 +98,77 @@ class TrainConfig(FrozenConfig):
     # adaptive: evaluations of the final anneal without a new best validation loss after which
     # the anneal ends early (None: it runs its whole length)
     anneal_patience: int | None = None
+    # adaptive, neural processes only: plateaus that step the learning rate down before the
+    # anneal, and the learning rate's factor at each step down
+    lr_drops: int = 0
+    drop_factor: float = 0.3
     time_budget: float | None = None  # seconds of training (all ensemble members together)
     smoothing: float = 0.0  # EMA weight of past validation losses in the stopping rule (0 = raw)
+    eval_every: int = 20  # steps between validation evaluations
+    patience: int | None = None  # evaluations without improvement before stopping; None = never
+
+    def validate(self) -> None:
+        super().validate()
+        if self.max_steps < 1:
+            raise ConfigError(f"max_steps must be >= 1, got {self.max_steps}")
+        if self.eval_every < 1:
+            raise ConfigError(f"eval_every must be >= 1, got {self.eval_every}")
+        for name in ("flat_fraction", "warmup_fraction", "smoothing"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.time_budget is not None and not self.time_budget > 0:
+            raise ConfigError(f"time_budget must be > 0 seconds or None, got {self.time_budget}")
+        if self.anneal_fraction < 0 or self.min_anneal_steps < 0 or self.min_steps < 0:
+            raise ConfigError("anneal_fraction, min_anneal_steps and min_steps must be >= 0")
+        if self.patience is not None and self.patience < 1:
+            raise ConfigError(f"patience must be >= 1 or None, got {self.patience}")
+        if self.anneal_patience is not None and self.anneal_patience < 1:
+            raise ConfigError(f"anneal_patience must be >= 1 or None, got {self.anneal_patience}")
+        if self.lr_drops < 0:
+            raise ConfigError(f"lr_drops must be >= 0, got {self.lr_drops}")
+        if not 0.0 < self.drop_factor < 1.0:
+            raise ConfigError(f"drop_factor must be in (0, 1), got {self.drop_factor}")
+
+
+@dataclass(frozen=True)
+class BatchSettings(FrozenConfig):
+    """What each training step trains on, and what validation reads."""
+
+    # rows per training step (table models; a smaller table is one full batch), tasks per step
+    # (neural processes)
+    batch_size: int = 2048
+    # a table of at most this many training rows trains in one full batch whatever batch_size
+    # says (0: batch_size alone decides); an estimator's own batch_size argument sets it to 0
+    full_batch_rows: int = 0
+    # NOTE[DIFF]: the paper balances classes in minibatches only on Poker Hand and Forest Cover
+    # (spec-npt 2.5); here every minibatch of a table larger than one batch is class-stratified on
+    # the first categorical target, so a rare class is in every step on any table
+    class_balance: bool = True  # class-stratified minibatches on the first categorical target
+    validation_fraction: float = 0.1  # rows held out to pick the best checkpoint; 0 = none
+    # the training rows the validation loss predicts the held-out rows from, during training
+    # (a stratified, seeded sample of the member's training rows when it has more; None: all of
+    # them). The final calibration and validation scores always read every training row.
+    validation_context_rows: int | None = None
+
+    def validate(self) -> None:
+        super().validate()
+        if self.batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.full_batch_rows < 0:
+            raise ConfigError(f"full_batch_rows must be >= 0, got {self.full_batch_rows}")
+        if not 0.0 <= self.validation_fraction < 1.0:
+            raise ConfigError(f"validation_fraction must be in [0, 1), got {self.validation_fraction}")
+        if self.validation_context_rows is not None and self.validation_context_rows < 1:
+            raise ConfigError(
+                f"validation_context_rows must be >= 1 or None, got {self.validation_context_rows}"
+            )
+
+
+@dataclass(frozen=True)
+class MaskingSettings(FrozenConfig):
+    """The table models' training objective: which cells are hidden and reconstructed, the
+    weight of the feature loss, and the lookup task."""
+
     # feature-loss weight lambda: "cosine" anneals lambda_start -> 0; "fixed" keeps lambda_start
     tradeoff: Literal["cosine", "fixed"] = "cosine"
     tradeoff_start: float = 1.0
@@ -40,85 +178,10 @@ class TrainConfig(FrozenConfig):
     randomize_fraction: float = 0.1
     # "chunk" hides all targets of a picked row together (SPIN's chunk masking); NPT: "token"
     target_masking: Literal["token", "chunk"] = "token"
-    # as the paper's reference code: each gradient element is clamped to [-1, 1] ("value")
-    clip_mode: Literal["value", "norm", "none"] = "value"
-    clip_value: float = 1.0
-    lookahead_k: int = 6
-    lookahead_alpha: float = 0.5
-    batch_size: int = 2048  # rows per training step; a smaller table is one full batch
-    # a table of at most this many training rows trains in one full batch whatever batch_size
-    # says (0: batch_size alone decides); an estimator's own batch_size argument sets it to 0
-    full_batch_rows: int = 0
-    # row shards of each step's batch, each masked, run and back-propagated on its own and their
-    # gradients averaged, spread over the data-parallel processes (training.distributed); None:
-    # one per process (a single process: the whole batch at once, as the paper)
-    shards: int | None = None
-    # NOTE[DIFF]: the paper balances classes in minibatches only on Poker Hand and Forest Cover
-    # (spec-npt 2.5); here every minibatch of a table larger than one batch is class-stratified on
-    # the first categorical target, so a rare class is in every step on any table
-    class_balance: bool = True  # class-stratified minibatches on the first categorical target
-    validation_fraction: float = 0.1  # rows held out to pick the best checkpoint; 0 = none
-    eval_every: int = 20  # steps between validation evaluations
-    patience: int | None = None  # evaluations without improvement before stopping; None = never
-    # NOTE[DIFF]: the paper's NPT attends to every training row at prediction; above this many a
-    # stratified, seeded sample of them is the context (memory and time on a laptop). SPIN encodes
-    # all rows into its inducing points and is not capped (its cost is linear).
-    max_context_rows: int = 8192  # training rows a prediction attends to (sampled if more)
-    # the training rows the validation loss predicts the held-out rows from, during training
-    # (a stratified, seeded sample of the member's training rows when it has more; None: all of
-    # them). The final calibration and validation scores always read every training row.
-    validation_context_rows: int | None = None
-    predict_batch_size: int = 512  # query rows per forward pass at prediction
-    # float64 makes a prediction independent of its batch to ~1e-12 (float32: ~1e-7), at about
-    # twice the cost of float32 prediction on a CPU and many times it on most GPUs. "auto":
-    # float64 on the CPU, float32 on a GPU (training.device.predict_dtype)
-    predict_dtype: Literal["auto", "float64", "float32"] = "auto"
-    # the training forward pass under autocast: "auto" is bf16 on CUDA and float32 elsewhere,
-    # "bf16" bf16 on any device, "off" float32 everywhere. Weights, optimiser state, the loss and
-    # validation stay float32 (training.device.autocast_dtype)
-    mixed_precision: Literal["auto", "bf16", "off"] = "auto"
-    # torch.compile the training forward pass: faster steps once compiled, but compiling takes
-    # tens of seconds (more than a small table's whole fit on a CPU), so it is off by default
-    compile: bool = False
-    # the members of an ensemble trained as one stacked model, one step for all of them
-    # (training.members), or one after another. "auto": together on a GPU, where a small table's
-    # step is launch overhead; one after another on a CPU, where the step is arithmetic and the
-    # stacked (batched) matrix products run slower than the members' own
-    # (benchmarks/results/fit_cost.md). Checkpointed fits, Ray, several processes, row shards,
-    # norm clipping, compile and the lookup task always train members one after another.
-    members_together: Literal["auto", "always", "never"] = "auto"
-    # members that train one after another (not together) run at once in threads of this
-    # process, each on one PyTorch thread, rather than in turn on all of them: the small matrix
-    # products of a table's step keep two threads of one op only partly busy, while two members
-    # keep two cores busy (benchmarks/results/fit_cost.md sets the defaults beside the members in
-    # turn). A member's result does not depend on how the threads were scheduled (each member
-    # has its own generators, and one PyTorch thread computes the same whatever runs beside it);
-    # it differs in the last bits from a fit on more PyTorch threads. "auto": on a CPU, where
-    # PyTorch has more than one thread; "never": in turn.
-    concurrent_members: Literal["auto", "always", "never"] = "auto"
-    # NOTE[DIFF]: the papers standardise continuous features; "quantile" maps each continuous
-    # feature through scikit-learn's QuantileTransformer to a normal distribution (fitted on
-    # training rows), which removes skew and outliers (the RealMLP / TabM recipe). Targets are
-    # always standardised, so the loss stays the paper's squared error in target units.
-    feature_transform: Literal["standard", "quantile"] = "standard"
-    # NOTE[DIFF]: the papers embed every category seen in training on its own. With a value k > 1
-    # the categories of a categorical feature (never a target) seen in fewer than k training rows
-    # share one "infrequent" level, and a category first met at prediction joins it: an
-    # embedding learnt from a handful of rows is noise, and a high-cardinality column (a car
-    # model, a zip code) would otherwise be mostly such levels. 1: the papers' encoding.
-    min_category_count: int = 1
-    # temperature-scale categorical targets on the validation rows after training (see
-    # TableLearner._calibrate); NOTE[DIFF]: not in the papers
-    calibrate: bool = False
     # NOTE[DIFF]: label smoothing of categorical cells in the training loss (not in the papers):
     # an NPT that copies labels from its context becomes arbitrarily sure on small tables, and a
     # handful of confident mistakes then dominates the test log loss
     label_smoothing: float = 0.0
-    # with a checkpoint directory (``fit(..., checkpoint_dir=)``, ``semiparam fit --out``): write
-    # the training state every this many steps or seconds, whichever comes first (None: not by
-    # that rule); neither changes what is learned
-    checkpoint_every_steps: int | None = 100
-    checkpoint_every_seconds: float | None = 300.0
     # "masked": masked reconstruction (the papers' training). "duplicate_lookup": the NPT paper's
     # semi-synthetic lookup task (section 4.2, spec-npt 6.4): every step appends a copy of its rows
     # with every cell shown; the loss is on the originals' targets only (all hidden, p_target is
@@ -137,53 +200,12 @@ class TrainConfig(FrozenConfig):
     lookup_pairs: float = 0.0
 
     def validate(self) -> None:
-        if self.max_steps < 1:
-            raise ConfigError(f"max_steps must be >= 1, got {self.max_steps}")
-        if self.learning_rate <= 0:
-            raise ConfigError(f"learning_rate must be > 0, got {self.learning_rate}")
-        for name in (
-            "flat_fraction",
-            "warmup_fraction",
-            "tradeoff_start",
-            "smoothing",
-            "label_smoothing",
-            "lookup_pairs",
-        ):
+        super().validate()
+        for name in ("tradeoff_start", "label_smoothing", "lookup_pairs"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)}")
-        if not 0.0 <= self.validation_fraction < 1.0:
-            raise ConfigError(f"validation_fraction must be in [0, 1), got {self.validation_fraction}")
-        if self.full_batch_rows < 0:
-            raise ConfigError(f"full_batch_rows must be >= 0, got {self.full_batch_rows}")
-        for name in ("batch_size", "eval_every", "max_context_rows", "predict_batch_size", "lookahead_k"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.validation_context_rows is not None and self.validation_context_rows < 1:
-            raise ConfigError(
-                f"validation_context_rows must be >= 1 or None, got {self.validation_context_rows}"
-            )
-        if self.time_budget is not None and not self.time_budget > 0:
-            raise ConfigError(f"time_budget must be > 0 seconds or None, got {self.time_budget}")
-        if self.anneal_fraction < 0 or self.min_anneal_steps < 0 or self.min_steps < 0:
-            raise ConfigError("anneal_fraction, min_anneal_steps and min_steps must be >= 0")
         if self.tradeoff_steps is not None and self.tradeoff_steps < 1:
             raise ConfigError(f"tradeoff_steps must be >= 1 or None, got {self.tradeoff_steps}")
-        if self.checkpoint_every_steps is not None and self.checkpoint_every_steps < 1:
-            raise ConfigError(
-                f"checkpoint_every_steps must be >= 1 or None, got {self.checkpoint_every_steps}"
-            )
-        if self.checkpoint_every_seconds is not None and not self.checkpoint_every_seconds > 0:
-            raise ConfigError(
-                f"checkpoint_every_seconds must be > 0 or None, got {self.checkpoint_every_seconds}"
-            )
-        if self.shards is not None and self.shards < 1:
-            raise ConfigError(f"shards must be >= 1 or None, got {self.shards}")
-        if self.min_category_count < 1:
-            raise ConfigError(f"min_category_count must be >= 1, got {self.min_category_count}")
-        if self.patience is not None and self.patience < 1:
-            raise ConfigError(f"patience must be >= 1 or None, got {self.patience}")
-        if self.anneal_patience is not None and self.anneal_patience < 1:
-            raise ConfigError(f"anneal_patience must be >= 1 or None, got {self.anneal_patience}")
         self.masking()  # validates the masking probabilities
 
     @property
@@ -203,6 +225,189 @@ class TrainConfig(FrozenConfig):
             randomize_fraction=self.randomize_fraction,
             target_masking=self.target_masking,
         )
+
+
+@dataclass(frozen=True)
+class EncodingSettings(FrozenConfig):
+    """How a table's columns become the model's inputs (fitted on the training rows)."""
+
+    # NOTE[DIFF]: the papers standardise continuous features; "quantile" maps each continuous
+    # feature through scikit-learn's QuantileTransformer to a normal distribution (fitted on
+    # training rows), which removes skew and outliers (the RealMLP / TabM recipe). Targets are
+    # always standardised, so the loss stays the paper's squared error in target units.
+    feature_transform: Literal["standard", "quantile"] = "standard"
+    # NOTE[DIFF]: the papers embed every category seen in training on its own. With a value k > 1
+    # the categories of a categorical feature (never a target) seen in fewer than k training rows
+    # share one "infrequent" level, and a category first met at prediction joins it: an
+    # embedding learnt from a handful of rows is noise, and a high-cardinality column (a car
+    # model, a zip code) would otherwise be mostly such levels. 1: the papers' encoding.
+    min_category_count: int = 1
+
+    def validate(self) -> None:
+        super().validate()
+        if self.min_category_count < 1:
+            raise ConfigError(f"min_category_count must be >= 1, got {self.min_category_count}")
+
+
+@dataclass(frozen=True)
+class PredictionSettings(FrozenConfig):
+    """How a fitted table model predicts: its context, batches, precision and calibration."""
+
+    # NOTE[DIFF]: the paper's NPT attends to every training row at prediction; above this many a
+    # stratified, seeded sample of them is the context (memory and time on a laptop). SPIN encodes
+    # all rows into its inducing points and is not capped (its cost is linear).
+    max_context_rows: int = 8192  # training rows a prediction attends to (sampled if more)
+    predict_batch_size: int = 512  # query rows per forward pass at prediction
+    # float64 makes a prediction independent of its batch to ~1e-12 (float32: ~1e-7), at about
+    # twice the cost of float32 prediction on a CPU and many times it on most GPUs. "auto":
+    # float64 on the CPU, float32 on a GPU (training.device.predict_dtype)
+    predict_dtype: Literal["auto", "float64", "float32"] = "auto"
+    # temperature-scale categorical targets on the validation rows after training (see
+    # TableLearner._calibrate); NOTE[DIFF]: not in the papers
+    calibrate: bool = False
+
+    def validate(self) -> None:
+        super().validate()
+        for name in ("max_context_rows", "predict_batch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class ExecutionSettings(FrozenConfig):
+    """How a table model's fit is run on the hardware; none of these changes what is learned
+    beyond the last bits of floating point."""
+
+    # the training forward pass under autocast: "auto" is bf16 on CUDA and float32 elsewhere,
+    # "bf16" bf16 on any device, "off" float32 everywhere. Weights, optimiser state, the loss and
+    # validation stay float32 (training.device.autocast_dtype)
+    mixed_precision: Literal["auto", "bf16", "off"] = "auto"
+    # torch.compile the training forward pass: faster steps once compiled, but compiling takes
+    # tens of seconds (more than a small table's whole fit on a CPU), so it is off by default
+    compile: bool = False
+    # row shards of each step's batch, each masked, run and back-propagated on its own and their
+    # gradients averaged, spread over the data-parallel processes (training.distributed); None:
+    # one per process (a single process: the whole batch at once, as the paper)
+    shards: int | None = None
+    # the members of an ensemble trained as one stacked model, one step for all of them
+    # (training.members), or one after another. "auto": together on a GPU, where a small table's
+    # step is launch overhead; one after another on a CPU, where the step is arithmetic and the
+    # stacked (batched) matrix products run slower than the members' own
+    # (benchmarks/results/fit_cost.md). Checkpointed fits, Ray, several processes, row shards,
+    # norm clipping, compile and the lookup task always train members one after another.
+    members_together: Literal["auto", "always", "never"] = "auto"
+    # members that train one after another (not together) run at once in threads of this
+    # process, each on one PyTorch thread, rather than in turn on all of them: the small matrix
+    # products of a table's step keep two threads of one op only partly busy, while two members
+    # keep two cores busy (benchmarks/results/fit_cost.md sets the defaults beside the members in
+    # turn). A member's result does not depend on how the threads were scheduled (each member
+    # has its own generators, and one PyTorch thread computes the same whatever runs beside it);
+    # it differs in the last bits from a fit on more PyTorch threads. "auto": on a CPU, where
+    # PyTorch has more than one thread; "never": in turn.
+    concurrent_members: Literal["auto", "always", "never"] = "auto"
+
+    def validate(self) -> None:
+        super().validate()
+        if self.shards is not None and self.shards < 1:
+            raise ConfigError(f"shards must be >= 1 or None, got {self.shards}")
+
+
+@dataclass(frozen=True)
+class CheckpointSettings(FrozenConfig):
+    """Training checkpoints, with a checkpoint directory (``fit(..., checkpoint_dir=)``,
+    ``semiparam fit --out``)."""
+
+    # write the training state every this many steps or seconds, whichever comes first (None: not
+    # by that rule); neither changes what is learned. The neural processes' checkpoint_every
+    # (ALIASES)
+    checkpoint_every_steps: int | None = 100
+    checkpoint_every_seconds: float | None = 300.0
+
+    def validate(self) -> None:
+        super().validate()
+        if self.checkpoint_every_steps is not None and self.checkpoint_every_steps < 1:
+            raise ConfigError(
+                f"checkpoint_every_steps must be >= 1 or None, got {self.checkpoint_every_steps}"
+            )
+        if self.checkpoint_every_seconds is not None and not self.checkpoint_every_seconds > 0:
+            raise ConfigError(
+                f"checkpoint_every_seconds must be > 0 or None, got {self.checkpoint_every_seconds}"
+            )
+
+
+@dataclass(frozen=True)
+class NeuralProcessSettings(FrozenConfig):
+    """The neural processes' training objective and loss history."""
+
+    objective: Literal["elbo", "iwae"] = "elbo"  # latent models only
+    n_z_samples: int = 1  # latent samples per task and step (latent models only)
+    log_every: int = 50  # steps between entries in the loss history (NPTrainHistory)
+
+    def validate(self) -> None:
+        super().validate()
+        for name in ("n_z_samples", "log_every"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class TrainConfig(  # a dataclass puts its last base's fields first: schedule, optimiser, ...
+    NeuralProcessSettings,
+    CheckpointSettings,
+    ExecutionSettings,
+    PredictionSettings,
+    EncodingSettings,
+    MaskingSettings,
+    BatchSettings,
+    OptimizerSettings,
+    ScheduleSettings,
+):
+    """The training settings of every model, table models and neural processes alike: the
+    fields of each concern's settings (the bases), flat. Field defaults are the table models'
+    (NPT's paper settings); :meth:`neural_process` is the neural processes' preset."""
+
+    # the configs merged into this one: their old key spellings (``_config.ALIASES``) are this
+    # config's too
+    MERGED = ("NPTrainConfig",)
+    # settings that act on one kind of model only (the rest act on both); :meth:`check_for`
+    # refuses them, moved from their defaults, for the other kind
+    TABLE_ONLY = (
+        *MaskingSettings.field_names(),
+        *EncodingSettings.field_names(),
+        *PredictionSettings.field_names(),
+        *ExecutionSettings.field_names(),
+        *(n for n in BatchSettings.field_names() if n != "batch_size"),
+        "lookahead_k",
+        "lookahead_alpha",
+    )
+    NEURAL_PROCESS_ONLY = (*NeuralProcessSettings.field_names(), "lr_drops", "drop_factor")
+    # fields added after table fits were first checkpointed: they enter a fit's checkpoint
+    # fingerprint only when set away from their defaults, so those checkpoints still resume
+    LATER_FIELDS = NEURAL_PROCESS_ONLY
+
+    def fingerprint_dict(self) -> dict[str, Any]:
+        """The base's (renamed keys spelt as before) less the ``LATER_FIELDS`` left at their
+        defaults."""
+        defaults = _defaults(type(self))
+        return {
+            k: v
+            for k, v in super().fingerprint_dict().items()
+            if k not in self.LATER_FIELDS or v != defaults[k]
+        }
+
+    def check_for(self, kind: ModelKind) -> None:
+        """Raise :class:`ConfigError` when a setting that does nothing for ``kind`` of model
+        ("table" or "neural_process") is set away from its default: a user who sets it expects
+        an effect there is none of."""
+        ignored = self.NEURAL_PROCESS_ONLY if kind == "table" else self.TABLE_ONLY
+        defaults = _defaults(type(self))
+        moved = [f"{n}={getattr(self, n)!r}" for n in ignored if getattr(self, n) != defaults[n]]
+        if moved:
+            what = "a table model" if kind == "table" else "a neural process"
+            raise ConfigError(
+                f"{', '.join(moved)}: no effect on {what}; leave them at their defaults "
+                f"(TrainConfig.{'cpu' if kind == 'table' else 'neural_process'}() is {what}'s preset)"
+            )
 
     @classmethod
     def cpu(cls) -> TrainConfig:
@@ -335,6 +540,29 @@ class TrainConfig(FrozenConfig):
         )
 
     @classmethod
+    def neural_process(cls) -> TrainConfig:
+        """Meta-training of a neural process (SPIN paper appendix A.6, the same for every model):
+        Adam at learning rate 5e-4, cosine-annealed to 0 over the run (no flat part, no warm-up),
+        16 tasks per step, no gradient clipping. Validation (with validation tasks) every 250
+        steps, a checkpoint every 500 steps or 2 minutes; the adaptive schedule, when chosen,
+        anneals over half of the steps run. NOTE[DIFF]: 1,000 steps, not the paper's 100,000 (a
+        fit that ends on a laptop; set ``max_steps``, or the adaptive schedule)."""
+        return cls(
+            max_steps=1000,
+            batch_size=16,
+            learning_rate=5e-4,
+            lr_schedule="flat_cosine",
+            flat_fraction=0.0,
+            warmup_fraction=0.0,
+            anneal_fraction=0.5,
+            min_anneal_steps=1,
+            clip_mode="none",
+            eval_every=250,
+            checkpoint_every_steps=500,
+            checkpoint_every_seconds=120.0,
+        )
+
+    @classmethod
     def preset(cls, name: str, model: str = "npt") -> TrainConfig:
         """The training preset ``name`` for table model ``model`` ("spin" has its own; every other
         model uses NPT's)."""
@@ -352,3 +580,7 @@ class TrainConfig(FrozenConfig):
                 f"unknown training preset {name!r} for model {model!r}; choose from {sorted(presets)}"
             )
         return presets[name]()
+
+
+def _defaults(cls: type[FrozenConfig]) -> dict[str, Any]:
+    return {f.name: f.default for f in dataclasses.fields(cls)}

@@ -6,137 +6,105 @@ the model's loss (negative log-likelihood or negative ELBO per target point) and
 
 :class:`NPTrainer` is the :class:`~semiparam.training.engine.Engine` whose step loss is the neural
 process's own objective; schedule, clipping, validation and early stopping, checkpoints and resume,
-progress bar and the non-finite-loss check are the engine's, shared with the table models.
+progress bar and the non-finite-loss check are the engine's, shared with the table models. Its
+settings are the table models' :class:`~semiparam.training.config.TrainConfig` (one vocabulary for
+every model); :meth:`TrainConfig.neural_process` is the paper's preset.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
 
-from .._config import ConfigError, FrozenConfig
 from .checkpoint import TrainingCheckpoint
 from .config import TrainConfig
 from .distributed import ProcessGroup
 from .engine import BestCheckpoint, Callback, Engine, ProgressBar, TrainHistory
 
+# NPTrainConfig's settings that entered a fit's checkpoint fingerprint only when set away from their
+# defaults (added after fits were first checkpointed)
+_LATER_FIELDS = ("smoothing", "min_steps", "anneal_fraction", "lr_drops", "drop_factor")
+# how often checkpoints are written by the clock: not a setting that decides the fit
+_CADENCE = ("checkpoint_every_seconds",)
 
-@dataclass(frozen=True)
-class NPTrainConfig(FrozenConfig):
-    """Optimisation settings of a neural process (paper A.6 defaults except ``max_steps``).
 
-    ``eval_every`` and ``patience`` act only when the fit is given validation tasks: the
-    validation loss (negative target log-likelihood per point) is computed every ``eval_every``
-    steps, the best weights are kept and restored at the end, and after ``patience`` evaluations
-    without improvement training stops (None: run every step, as the paper does).
+def fingerprint_settings(config: TrainConfig) -> dict[str, Any]:
+    """The settings that decide a neural process's fit, for its checkpoint's fingerprint, spelt as
+    the neural processes' own config (``NPTrainConfig``) spelt them before it was merged into
+    :class:`TrainConfig`, so that a fit checkpointed before the merge still resumes: its keys
+    (``clip_norm``, ``checkpoint_every``, ``lr_schedule="cosine"``), its later fields only when
+    away from their defaults, and any other setting only when away from
+    :meth:`TrainConfig.neural_process`'s value."""
+    preset = TrainConfig.neural_process().to_dict()
+    values = config.to_dict()
+    cosine = config.lr_schedule == "flat_cosine"
+    old: dict[str, Any] = {
+        "max_steps": config.max_steps,
+        "batch_size": config.batch_size,
+        "learning_rate": config.learning_rate,
+        "lr_schedule": "cosine" if cosine else config.lr_schedule,
+        "objective": config.objective,
+        "n_z_samples": config.n_z_samples,
+        "log_every": config.log_every,
+        "eval_every": config.eval_every,
+        "patience": config.patience,
+        "time_budget": config.time_budget,
+        "checkpoint_every": config.checkpoint_every_steps,
+    }
+    said = {*old, "checkpoint_every_steps", *_LATER_FIELDS, *_CADENCE}
+    if config.clip_mode != "value":  # said by clip_norm
+        old["clip_norm"] = config.clip_value if config.clip_mode == "norm" else None
+        said |= {"clip_mode", "clip_value"}
+    old |= {k: values[k] for k in _LATER_FIELDS if values[k] != preset[k]}
+    return old | {k: v for k, v in values.items() if k not in said and v != preset[k]}
 
-    ``lr_schedule="adaptive"`` trains until the validation score stops improving instead of for a
-    fixed number of steps: the learning rate stays flat until ``patience`` evaluations pass without
-    the validation loss (smoothed by an exponential moving average, weight ``smoothing`` on the past)
-    improving by 0.1%, then a cosine anneal to 0 over ``anneal_fraction`` x the steps run so far
-    ends the fit; ``max_steps`` is only a ceiling (the anneal starts in time to end there), and no
-    plateau is declared before ``min_steps``. The engine's adaptive schedule, the table models'
-    default. With ``lr_drops`` > 0 the first ``lr_drops`` plateaus each multiply the learning rate
-    by ``drop_factor`` (a step down; the plateau rule starts afresh) and only the next one starts the
-    anneal: at a flat learning rate the validation score plateaus where the optimiser's noise
-    hides its progress, and a lower rate can still go on improving (a run converged when even the
-    lowest rate stops improving). NOTE[DIFF]: the paper trains a fixed 100,000 steps of cosine
-    annealing; a fixed schedule's best weights are its last by construction, so it cannot tell a
-    converged run from one cut short, while a plateau at the lowest learning rate can.
-    """
 
-    max_steps: int = 1000  # paper: 100_000
-    batch_size: int = 16  # tasks per step
-    learning_rate: float = 5e-4
-    # cosine = anneal to 0 over max_steps; adaptive = flat until a validation plateau, then anneal
-    lr_schedule: Literal["cosine", "constant", "adaptive"] = "cosine"
-    objective: Literal["elbo", "iwae"] = "elbo"  # latent models only
-    n_z_samples: int = 1  # latent samples per task and step (latent models only)
-    clip_norm: float | None = None  # gradient-norm clipping; None = off (paper: off)
-    log_every: int = 50  # steps between entries in the loss history
-    eval_every: int = 250  # steps between validation scores (with validation tasks only)
-    patience: int | None = None  # evaluations without improvement before stopping; None = never
-    time_budget: float | None = None  # seconds of training; None = no limit
-    # steps between training checkpoints (with a checkpoint directory); was checkpoint_every (ALIASES)
-    checkpoint_every_steps: int = 500
-    smoothing: float = 0.0  # EMA weight of past validation losses in the plateau rule (patience)
-    min_steps: int = 0  # no plateau declared before this step
-    anneal_fraction: float = 0.5  # adaptive: anneal length / steps run before it
-    lr_drops: int = 0  # adaptive: plateaus that step the learning rate down before the anneal
-    drop_factor: float = 0.3  # adaptive: the learning rate's factor at each step down
+def _deprecated(stacklevel: int) -> None:
+    warnings.warn(
+        "NPTrainConfig is deprecated and will be removed in the next release; use "
+        "TrainConfig.neural_process() (semiparam.training.config.TrainConfig), the one training config "
+        "of every model: e.g. TrainConfig.neural_process().replace(max_steps=2000). Old keys still "
+        "work: clip_norm is clip_mode/clip_value, checkpoint_every is checkpoint_every_steps",
+        FutureWarning,
+        stacklevel=stacklevel + 1,
+    )
 
-    # fields added after fits were first checkpointed: they enter a fit's checkpoint fingerprint only
-    # when set away from their defaults, so fits checkpointed before they existed still resume
-    LATER_FIELDS = ("smoothing", "min_steps", "anneal_fraction", "lr_drops", "drop_factor")
 
-    def validate(self) -> None:
-        for name in (
-            "max_steps",
-            "batch_size",
-            "n_z_samples",
-            "log_every",
-            "eval_every",
-            "checkpoint_every_steps",
-        ):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"NPTrainConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if not self.learning_rate > 0:
-            raise ConfigError(f"NPTrainConfig.learning_rate must be > 0, got {self.learning_rate}")
-        if self.clip_norm is not None and not self.clip_norm > 0:
-            raise ConfigError(f"NPTrainConfig.clip_norm must be > 0 or None, got {self.clip_norm}")
-        if self.patience is not None and self.patience < 1:
-            raise ConfigError(f"NPTrainConfig.patience must be >= 1 or None, got {self.patience}")
-        if self.time_budget is not None and not self.time_budget > 0:
-            raise ConfigError(
-                f"NPTrainConfig.time_budget must be > 0 seconds or None, got {self.time_budget}"
-            )
-        if not self.anneal_fraction > 0:
-            raise ConfigError(f"NPTrainConfig.anneal_fraction must be > 0, got {self.anneal_fraction}")
-        if not 0.0 <= self.smoothing < 1.0:
-            raise ConfigError(f"NPTrainConfig.smoothing must be in [0, 1), got {self.smoothing}")
-        if self.min_steps < 0 or self.lr_drops < 0:
-            raise ConfigError(
-                f"NPTrainConfig.min_steps and lr_drops must be >= 0, got {self.min_steps}, {self.lr_drops}"
-            )
-        if not 0.0 < self.drop_factor < 1.0:
-            raise ConfigError(f"NPTrainConfig.drop_factor must be in (0, 1), got {self.drop_factor}")
+class _DeprecatedConfig(type):
+    """Calling the class gives a :class:`TrainConfig`; any TrainConfig is an instance of it."""
 
-    def fingerprint_dict(self) -> dict[str, Any]:
-        """The settings that decide a fit, for its checkpoint's fingerprint: the base's (renamed
-        keys spelt as before) less the ``LATER_FIELDS`` left at their defaults."""
-        defaults = {f.name: f.default for f in dataclasses.fields(self)}
-        return {
-            k: v
-            for k, v in super().fingerprint_dict().items()
-            if k not in self.LATER_FIELDS or v != defaults[k]
-        }
+    def __call__(cls, **options: Any) -> TrainConfig:
+        _deprecated(stacklevel=2)
+        # old keys (clip_norm, checkpoint_every, "cosine") through the alias map: TrainConfig.MERGED
+        return TrainConfig.neural_process().replace(**options)
 
-    def engine_config(self) -> TrainConfig:
-        """The engine's settings: cosine to exactly 0 over ``max_steps`` (no flat part), constant, or
-        the engine's adaptive schedule (no warm-up); gradient-norm clipping or none."""
-        schedule = {"cosine": "flat_cosine", "constant": "constant", "adaptive": "adaptive"}
-        return TrainConfig(
-            max_steps=self.max_steps,
-            learning_rate=self.learning_rate,
-            lr_schedule=schedule[self.lr_schedule],  # type: ignore[arg-type]
-            flat_fraction=0.0,
-            warmup_fraction=0.0,
-            anneal_fraction=self.anneal_fraction,
-            min_anneal_steps=1,
-            min_steps=self.min_steps,
-            smoothing=self.smoothing,
-            clip_mode="norm" if self.clip_norm is not None else "none",
-            clip_value=self.clip_norm if self.clip_norm is not None else 1.0,
-            eval_every=self.eval_every,
-            time_budget=self.time_budget,
-            batch_size=self.batch_size,
-        )
+    def __instancecheck__(cls, instance: Any) -> bool:
+        return isinstance(instance, TrainConfig)
+
+
+class NPTrainConfig(metaclass=_DeprecatedConfig):
+    """Deprecated for one release: the neural processes train on :class:`TrainConfig`, whose
+    :meth:`TrainConfig.neural_process` preset holds this config's defaults (paper A.6).
+    ``NPTrainConfig(**options)`` warns and returns ``TrainConfig.neural_process().replace(**options)``;
+    its old keys map through the alias map (``semiparam._config.ALIASES``)."""
+
+    @classmethod
+    def from_dict(
+        cls, values: Mapping[str, Any], *, base: TrainConfig | None = None, warn: bool = True
+    ) -> TrainConfig:
+        if warn:
+            _deprecated(stacklevel=2)
+        return TrainConfig.from_dict(values, base=base or TrainConfig.neural_process(), warn=warn)
+
+    @staticmethod
+    def field_names() -> list[str]:
+        return TrainConfig.field_names()
 
 
 class TaskSource(Protocol):
@@ -217,21 +185,21 @@ class NPTrainer(Engine):
     def __init__(
         self,
         module: torch.nn.Module,
-        config: NPTrainConfig,
+        config: TrainConfig,
         *,
         generator: torch.Generator | None = None,
         callbacks: Sequence[Callback] = (),
     ) -> None:
+        config.check_for("neural_process")
         params = [p for p in module.parameters() if p.requires_grad]
         super().__init__(
             module,
-            config.engine_config(),
+            config,
             callbacks=callbacks,
             optimizer=torch.optim.Adam(params, lr=config.learning_rate),
             generators={"latent": generator},
             group=ProcessGroup(),
         )
-        self.np_config = config
         self.lr_drops: list[int] = []  # 0-based first steps at each lower learning rate
 
     def request_stop(self, step: int, reason: str) -> None:
@@ -239,7 +207,7 @@ class NPTrainer(Engine):
         step and starts the plateau rule afresh (its smoothed score, best and patience count are
         the lower rate's own: a best reached by a lucky spike at the higher rate does not count
         against it); otherwise as the engine (stop, or start the anneal)."""
-        c = self.np_config
+        c = self.config
         stepping_down = c.lr_schedule == "adaptive" and reason == "plateau" and self.anneal_start is None
         if stepping_down and len(self.lr_drops) < c.lr_drops:
             self.lr_drops.append(step + 1)
@@ -251,7 +219,7 @@ class NPTrainer(Engine):
 
     def learning_rate(self, step: int) -> float:
         drops = sum(1 for first in self.lr_drops if first <= step)
-        return super().learning_rate(step) * self.np_config.drop_factor**drops
+        return super().learning_rate(step) * self.config.drop_factor**drops
 
     def state_dict(self, step: int, seconds: float, *, finished: bool = False) -> dict[str, Any]:
         return {**super().state_dict(step, seconds, finished=finished), "lr_drops": list(self.lr_drops)}
@@ -261,7 +229,7 @@ class NPTrainer(Engine):
         self.lr_drops = list(state.get("lr_drops", []))  # checkpoints from before the option: none
 
     def step_loss(self, batch: tuple[Tensor | None, ...], step: int) -> tuple[Tensor, dict[str, float]]:
-        c = self.np_config
+        c = self.config
         loss = self.model.loss(  # type: ignore[operator]
             *batch, objective=c.objective, n_samples=c.n_z_samples, generator=self.generators["latent"]
         )
@@ -300,7 +268,7 @@ class _TimedSource:
 def train_neural_process(
     module: torch.nn.Module,
     draw_batch: Callable[[], tuple[Tensor | None, ...]],
-    config: NPTrainConfig,
+    config: TrainConfig,
     *,
     generator: torch.Generator | None = None,
     callback: Callable[[int, float], bool | None] | None = None,
