@@ -193,14 +193,9 @@ class GenotypeImputer:
     def spec(self) -> WindowSpec:
         return WindowSpec(self.n_inputs, self.window_targets, self.overlap, self.kmer)
 
-    def _executor(self, *, warn: bool = True) -> str:
-        """Where the per-window models train: ``executor``, or ``backend`` (its old name,
-        deprecated: a FutureWarning unless ``warn`` is False) when that was given."""
-        if not warn and self.backend is not None:
-            return self.backend
-        return resolve_executor(self.executor, self.backend, stacklevel=3)
-
-    def _check_params(self) -> None:
+    def _check_params(self) -> str:
+        """Check the parameters; the executor the per-window models train on: ``executor``, or
+        ``backend`` (its old name, deprecated: a FutureWarning) when that was given."""
         if self.model not in BASELINES and self.model not in model_names():
             raise ConfigError(f"unknown model {self.model!r}; available: {model_names() + list(BASELINES)}")
         if self.mode not in ("per_window", "shared"):
@@ -214,7 +209,9 @@ class GenotypeImputer:
             raise ConfigError(f"knn_neighbors must be >= 1 or None, got {self.knn_neighbors}")
         resolve_device(self.device)
         self.spec  # validates the window shape  # noqa: B018
-        check_executor(self._executor(), self.ray_address)
+        executor = resolve_executor(self.executor, self.backend, stacklevel=3)
+        check_executor(executor, self.ray_address)
+        return executor
 
     @property
     def copying_settings(self) -> CopyingSettings:
@@ -252,7 +249,7 @@ class GenotypeImputer:
         windows are planned for the typed sites of the targets when they come (:meth:`retarget`,
         called by :meth:`impute`). The table models are trained for given typed sites.
         """
-        self._check_params()
+        executor = self._check_params()
         if panel.n_haplotypes < 2:
             raise ValueError(f"the reference panel has {panel.n_haplotypes} haplotype(s); need at least 2")
         if typed is None and self.model not in BASELINES:
@@ -276,7 +273,7 @@ class GenotypeImputer:
             self._plan(typed)
             if self.model in BASELINES:
                 pass
-            elif self.mode == "per_window" and self._executor(warn=False) == "ray":
+            elif self.mode == "per_window" and executor == "ray":
                 task = functools.partial(_fit_window_files, copy.copy(self)._without_log())
                 packed = map_tasks(
                     task, list(enumerate(self.windows_)), executor="ray", address=self.ray_address

@@ -29,6 +29,16 @@ from .masking import MaskingPolicy
 # training rows shares the column's "infrequent" level
 MIN_CATEGORY_COUNT = 5
 
+
+def _counts(config: Any, *names: str, optional: bool = False) -> None:
+    """Each setting ``names`` of ``config`` a count of at least 1 (or None, when ``optional``)."""
+    for name in names:
+        value = getattr(config, name)
+        if (value is not None or not optional) and value < 1:
+            either = " or None" if optional else ""
+            raise ConfigError(f"{name} must be >= 1{either}, got {value}")
+
+
 ModelKind = Literal["table", "neural_process"]
 
 
@@ -54,8 +64,7 @@ class OptimizerSettings(FrozenConfig):
             raise ConfigError(
                 f"clip_value must be > 0 with clip_mode={self.clip_mode!r}, got {self.clip_value}"
             )
-        if self.lookahead_k < 1:
-            raise ConfigError(f"lookahead_k must be >= 1, got {self.lookahead_k}")
+        _counts(self, "lookahead_k")
 
 
 @dataclass(frozen=True)
@@ -109,10 +118,7 @@ class ScheduleSettings(FrozenConfig):
 
     def validate(self) -> None:
         super().validate()
-        if self.max_steps < 1:
-            raise ConfigError(f"max_steps must be >= 1, got {self.max_steps}")
-        if self.eval_every < 1:
-            raise ConfigError(f"eval_every must be >= 1, got {self.eval_every}")
+        _counts(self, "max_steps", "eval_every")
         for name in ("flat_fraction", "warmup_fraction", "smoothing"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)}")
@@ -120,10 +126,7 @@ class ScheduleSettings(FrozenConfig):
             raise ConfigError(f"time_budget must be > 0 seconds or None, got {self.time_budget}")
         if self.anneal_fraction < 0 or self.min_anneal_steps < 0 or self.min_steps < 0:
             raise ConfigError("anneal_fraction, min_anneal_steps and min_steps must be >= 0")
-        if self.patience is not None and self.patience < 1:
-            raise ConfigError(f"patience must be >= 1 or None, got {self.patience}")
-        if self.anneal_patience is not None and self.anneal_patience < 1:
-            raise ConfigError(f"anneal_patience must be >= 1 or None, got {self.anneal_patience}")
+        _counts(self, "patience", "anneal_patience", optional=True)
         if self.lr_drops < 0:
             raise ConfigError(f"lr_drops must be >= 0, got {self.lr_drops}")
         if not 0.0 < self.drop_factor < 1.0:
@@ -152,16 +155,12 @@ class BatchSettings(FrozenConfig):
 
     def validate(self) -> None:
         super().validate()
-        if self.batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
+        _counts(self, "batch_size")
         if self.full_batch_rows < 0:
             raise ConfigError(f"full_batch_rows must be >= 0, got {self.full_batch_rows}")
         if not 0.0 <= self.validation_fraction < 1.0:
             raise ConfigError(f"validation_fraction must be in [0, 1), got {self.validation_fraction}")
-        if self.validation_context_rows is not None and self.validation_context_rows < 1:
-            raise ConfigError(
-                f"validation_context_rows must be >= 1 or None, got {self.validation_context_rows}"
-            )
+        _counts(self, "validation_context_rows", optional=True)
 
 
 @dataclass(frozen=True)
@@ -204,8 +203,7 @@ class MaskingSettings(FrozenConfig):
         for name in ("tradeoff_start", "label_smoothing", "lookup_pairs"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)}")
-        if self.tradeoff_steps is not None and self.tradeoff_steps < 1:
-            raise ConfigError(f"tradeoff_steps must be >= 1 or None, got {self.tradeoff_steps}")
+        _counts(self, "tradeoff_steps", optional=True)
         self.masking()  # validates the masking probabilities
 
     @property
@@ -245,8 +243,7 @@ class EncodingSettings(FrozenConfig):
 
     def validate(self) -> None:
         super().validate()
-        if self.min_category_count < 1:
-            raise ConfigError(f"min_category_count must be >= 1, got {self.min_category_count}")
+        _counts(self, "min_category_count")
 
 
 @dataclass(frozen=True)
@@ -268,9 +265,7 @@ class PredictionSettings(FrozenConfig):
 
     def validate(self) -> None:
         super().validate()
-        for name in ("max_context_rows", "predict_batch_size"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        _counts(self, "max_context_rows", "predict_batch_size")
 
 
 @dataclass(frozen=True)
@@ -308,8 +303,7 @@ class ExecutionSettings(FrozenConfig):
 
     def validate(self) -> None:
         super().validate()
-        if self.shards is not None and self.shards < 1:
-            raise ConfigError(f"shards must be >= 1 or None, got {self.shards}")
+        _counts(self, "shards", optional=True)
 
 
 @dataclass(frozen=True)
@@ -325,10 +319,7 @@ class CheckpointSettings(FrozenConfig):
 
     def validate(self) -> None:
         super().validate()
-        if self.checkpoint_every_steps is not None and self.checkpoint_every_steps < 1:
-            raise ConfigError(
-                f"checkpoint_every_steps must be >= 1 or None, got {self.checkpoint_every_steps}"
-            )
+        _counts(self, "checkpoint_every_steps", optional=True)
         if self.checkpoint_every_seconds is not None and not self.checkpoint_every_seconds > 0:
             raise ConfigError(
                 f"checkpoint_every_seconds must be > 0 or None, got {self.checkpoint_every_seconds}"
@@ -345,9 +336,7 @@ class NeuralProcessSettings(FrozenConfig):
 
     def validate(self) -> None:
         super().validate()
-        for name in ("n_z_samples", "log_every"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        _counts(self, "n_z_samples", "log_every")
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
+from .._config import ALIASES
 from .checkpoint import TrainingCheckpoint
 from .config import TrainConfig
 from .distributed import ProcessGroup
@@ -59,7 +60,7 @@ def fingerprint_settings(config: TrainConfig) -> dict[str, Any]:
     }
     said = {*old, "checkpoint_every_steps", *_LATER_FIELDS, *_CADENCE}
     if config.clip_mode != "value":  # said by clip_norm
-        old["clip_norm"] = config.clip_value if config.clip_mode == "norm" else None
+        old["clip_norm"] = ALIASES["clip_norm"].to_old(config)
         said |= {"clip_mode", "clip_value"}
     old |= {k: values[k] for k in _LATER_FIELDS if values[k] != preset[k]}
     return old | {k: v for k, v in values.items() if k not in said and v != preset[k]}
