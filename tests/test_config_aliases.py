@@ -117,9 +117,11 @@ def test_table_fingerprints_leave_out_the_neural_process_settings_at_their_defau
     later = set(TrainConfig.LATER_FIELDS)
     assert later == {"objective", "n_z_samples", "log_every", "lr_drops", "drop_factor"}
     for config in (TrainConfig(), TrainConfig.cpu(), TrainConfig.spin_cpu()):
-        assert set(config.to_dict()) - set(config.fingerprint_dict()) == later
+        assert set(config.to_dict()) - set(config.fingerprint_dict()) == later | {"min_temperature"}
         assert "checkpoint_every_steps" in config.fingerprint_dict()
     assert TrainConfig(n_z_samples=2).fingerprint_dict()["n_z_samples"] == 2
+    # calibration acts after training: a checkpoint resumes whatever its floor
+    assert TrainConfig(min_temperature=0.7).fingerprint_dict() == TrainConfig().fingerprint_dict()
 
 
 def test_settings_of_one_kind_of_model_are_refused_for_the_other() -> None:

@@ -285,3 +285,31 @@ def test_resolved_configs_apply_the_options_and_arguments_a_fit_would_use():
     assert (model_config.n_blocks, train_config.max_steps, train_config.eval_every) == (2, 7, 3)
     with pytest.raises(ValueError, match="max_steps"):  # one setting given twice
         NPTClassifier(max_steps=7, train_options={"max_steps": 9}).resolved_configs()
+
+
+def test_calibration_may_sharpen_down_to_min_temperature():
+    """Label smoothing caps how sure a model is; with ``min_temperature`` below 1 the
+    temperature fitted on the validation rows may undo that cap (never below the floor), and it
+    changes no predicted class. At the default floor of 1 it only softens."""
+    rng = np.random.default_rng(1)
+    n = 200
+    x = rng.normal(size=n)
+    x = x + np.sign(x)  # a wide margin: the validation rows are all predicted right
+    frame = pd.DataFrame({"x": x, "noise": rng.normal(size=n)})
+    y = np.where(x > 0, "pos", "neg")
+    train = {"label_smoothing": 0.2, "calibrate": True, "validation_fraction": 0.25}
+    fast = {**FAST, "max_steps": 60}
+    fits = {
+        floor: NPTClassifier(**fast, train_options={**train, "min_temperature": floor}).fit(
+            frame.iloc[:160], y[:160]
+        )
+        for floor in (1.0, 0.5)
+    }
+    temps = {floor: next(iter(fit.learner_.members[0].temperatures.values())) for floor, fit in fits.items()}
+    assert temps[1.0] >= 1.0 - 1e-6
+    assert 0.5 - 1e-6 <= temps[0.5] < 1.0
+    soft, sharp = (fits[f].predict_proba(frame.iloc[160:]) for f in (1.0, 0.5))
+    assert (sharp.max(axis=1) > soft.max(axis=1)).all()
+    np.testing.assert_array_equal(soft.argmax(axis=1), sharp.argmax(axis=1))
+    with pytest.raises(ConfigError, match="min_temperature"):
+        NPTClassifier(**FAST, train_options={"min_temperature": 0.0}).fit(frame, y)

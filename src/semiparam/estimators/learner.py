@@ -529,9 +529,9 @@ class TableLearner:
 
     def _calibrate(self, outputs: ColumnOutputs, queries: EncodedTable) -> None:
         """Temperature scaling (Guo et al. 2017) of each categorical target on the validation rows
-        ``queries`` (their ``outputs``): the one scalar T in [1, e^3] that minimises their log
-        loss of softmax(logits / T). It
-        changes no predicted class, only how sure the model says it is.
+        ``queries`` (their ``outputs``): the one scalar T in [``min_temperature``, e^3] that
+        minimises their log loss of softmax(logits / T). It changes no predicted class, only how
+        sure the model says it is.
 
         NOTE[DIFF]: not in the papers; an NPT picks its checkpoint on the same rows but its
         probabilities come out over-confident on small tables, which log loss punishes."""
@@ -563,9 +563,10 @@ class TableLearner:
                 each = torch.nn.functional.cross_entropy(logits / math.exp(log_t), labels, reduction="none")
                 return float((each * weights).sum() / weights.sum())
 
-            # T >= 1 only softens: a small validation split the model gets all right would
-            # otherwise drive T towards 0 and make the model surer still
-            best = minimize_scalar(nll, bounds=(0.0, 3.0), method="bounded")
+            # a floor on T: a small validation split the model gets all right would otherwise
+            # drive T towards 0 and make the model surer still
+            low = math.log(self.train_config.min_temperature)
+            best = minimize_scalar(nll, bounds=(low, 3.0), method="bounded")
             self.temperatures[self.schema.names[j]] = float(math.exp(best.x))
 
     def _target_loss(self, context: EncodedTable, queries: EncodedTable) -> float:
