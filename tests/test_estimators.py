@@ -154,10 +154,11 @@ def test_set_context_changes_predictions_without_retraining(fitted, tmp_path):
 
 
 def test_masking_rates_each_estimator_trains_with():
-    # NPT's cpu preset masks few feature cells (the supervised study's choice); SPIN and the
-    # imputer, whose only signal is feature masking, keep the paper's 0.15; an argument still wins
+    # NPT's and SPIN's cpu presets mask few feature cells (chosen on the suite); the imputer,
+    # whose only signal is feature masking, keeps the paper's 0.15; an argument still wins
     assert NPTClassifier()._configs()[1].p_feature == 0.05
-    assert SPINClassifier()._configs()[1].p_feature == 0.15
+    assert SPINClassifier()._configs()[1].p_feature == 0.05
+    assert SPINClassifier(p_feature=0.15)._configs()[1].p_feature == 0.15
     imputer_train = TableImputer()._configs()[1]
     assert (imputer_train.p_feature, imputer_train.max_steps) == (0.15, 400)
     assert TableImputer(p_feature=0.3, max_steps=7)._configs()[1].p_feature == 0.3

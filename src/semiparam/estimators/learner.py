@@ -529,7 +529,7 @@ class TableLearner:
 
     def _calibrate(self, outputs: ColumnOutputs, queries: EncodedTable) -> None:
         """Temperature scaling (Guo et al. 2017) of each categorical target on the validation rows
-        ``queries`` (their ``outputs``): the one scalar T in [``min_temperature``, e^3] that
+        ``queries`` (their ``outputs``): the one scalar T in [``min_temperature``, ``MAX_TEMPERATURE``] that
         minimises their log loss of softmax(logits / T). It changes no predicted class, only how
         sure the model says it is.
 
@@ -566,7 +566,8 @@ class TableLearner:
             # a floor on T: a small validation split the model gets all right would otherwise
             # drive T towards 0 and make the model surer still
             low = math.log(self.train_config.min_temperature)
-            best = minimize_scalar(nll, bounds=(low, 3.0), method="bounded")
+            high = math.log(self.train_config.MAX_TEMPERATURE)
+            best = minimize_scalar(nll, bounds=(low, high), method="bounded")
             self.temperatures[self.schema.names[j]] = float(math.exp(best.x))
 
     def _target_loss(self, context: EncodedTable, queries: EncodedTable) -> float:
