@@ -163,12 +163,12 @@ def test_auto_rows_are_explained_by_the_members_that_keep_them(auto_classifier, 
     assert len(given) == 12
 
 
-def test_default_composition_two_npt_members_and_one_spin():
+def test_default_composition_two_members_of_each_family():
     from semiparam.estimators.base import default_members
 
-    assert [default_members("auto", "cpu", f) for f in ("npt", "spin")] == [2, 1]
+    assert [default_members("auto", "cpu", f) for f in ("npt", "spin")] == [2, 2]
     # presets without a composition of their own: each family's own default
     assert [default_members("auto", "small", f) for f in ("npt", "spin")] == [1, 1]
     learner = TableRegressor(model_options=OPTIONS)._new_learner()
-    assert [m.model_name for m in learner.members] == ["npt", "npt", "spin"]
-    assert len({m.seed for m in learner.members}) == 3
+    assert [m.model_name for m in learner.members] == ["npt", "npt", "spin", "spin"]
+    assert len({m.seed for m in learner.members}) == 4

@@ -288,7 +288,7 @@ _PARAMS_DOC = """
 
 _MODEL_DOC = """
     The model is chosen by ``model``: ``"auto"`` (default) trains NPT and SPIN members together
-    in one ensemble (with the ``cpu`` preset two NPT members and one SPIN member) and averages
+    in one ensemble (with the ``cpu`` preset two members of each) and averages
     their predictions (each member weighs the same);
     ``"npt"`` or ``"spin"`` trains one family, as :class:`NPTClassifier` / :class:`SPINClassifier`
     and their regressors do.
