@@ -369,16 +369,11 @@ class EnsembleLearner:
     def concurrent_workers(self, checkpoint_dir: str | Path | None = None) -> int:
         """How many members train at once in threads of this process (``TrainConfig.
         concurrent_members``), each on one PyTorch thread; 1: one after another. All members at
-        once up to twice PyTorch's threads, and never on a GPU unless asked ("always").
-
-        More workers than threads keep the cores busy while a member's Python holds the
-        interpreter lock; and where the members outnumber the workers, the last to start trains
-        alone at the end on one core while the others idle (four members in three workers on two
-        cores: about 2.5 members' time, against 2 with four workers at once). The members'
-        results do not depend on it."""
+        once up to one more than PyTorch's threads (so a core does not idle while a member's
+        Python holds the interpreter lock), and never on a GPU unless asked ("always")."""
         if self.executor != "serial" or self.member_threads(checkpoint_dir) is None:
             return 1
-        return min(len(self.members), 2 * torch.get_num_threads())
+        return min(len(self.members), torch.get_num_threads() + 1)
 
     def member_threads(self, checkpoint_dir: str | Path | None = None) -> int | None:
         """The PyTorch threads each member trains on: 1 where the members train at once (see
