@@ -55,6 +55,13 @@ _DEFAULT_MEMBERS = {("spin", "cpu"): 3, ("npt", "cpu"): 3}
 AUTO = "auto"
 AUTO_FAMILIES = ("npt", "spin")
 _AUTO_MEMBERS = {"cpu": {"npt": 2, "spin": 2}}
+# TrainConfig fields that model="auto" sets for its members where the preset would otherwise decide
+# (an argument or train_options entry still wins). NOTE[DIFF]: with four members the cpu preset's
+# anneal after the plateau (a share of the steps run: NPT 20%, SPIN 30%) is cut to its shortest
+# (``min_anneal_steps``): most members' best checkpoint comes before it, and the steps it saves pay
+# for the fourth member within the fit-speed budget; chosen on the development suite (the auto
+# rows of benchmarks/results/suite32/tabular_defaults.md against those of 2 + 2 members with it).
+_AUTO_TRAIN = {"cpu": {"anneal_fraction": 0.0}}
 
 
 def canonical_model_options(
@@ -117,7 +124,11 @@ class TableEstimatorMixin(BaseEstimator):
         clash = sorted(set(explicit) & set(options))
         if clash:
             raise ConfigError(f"{clash} given both as arguments and in train_options")
-        defaults = {k: v for k, v in self._train_defaults.items() if k not in explicit and k not in options}
+        defaults = {
+            **(_AUTO_TRAIN.get(self.preset, {}) if self._model_name == AUTO else {}),
+            **self._train_defaults,
+        }
+        defaults = {k: v for k, v in defaults.items() if k not in explicit and k not in options}
         if ("batch_size" in explicit or "batch_size" in options) and "full_batch_rows" not in options:
             defaults["full_batch_rows"] = 0  # a batch size asked for is the batch size
         train_config = TrainConfig.from_dict({**defaults, **explicit, **options}, base=train_config)
