@@ -49,9 +49,9 @@ _DEFAULT_MEMBERS = {("spin", "cpu"): 3, ("npt", "cpu"): 3}
 # as many of each as _AUTO_MEMBERS says for the preset (else each family's own default). NOTE[DIFF]:
 # the papers train one model of one family. 2 NPT + 2 SPIN on the cpu preset: on the development
 # suite (32 tables x 3 splits; benchmarks/results/suite32/tabular_defaults.md, "Sub-ensembles of
-# auto") two members of each family, beside the sub-ensembles of the same fits. Two of each cost
-# little more than three members on 2 cores (the members train at once in threads, one more than
-# PyTorch's; a fourth starts as the first ends); a third of each would not fit the fit-speed budget.
+# auto") two members of each family won the most paired splits of the sub-ensembles of the same
+# fits. A fourth member costs about as much as each of the other three; the shorter anneal of
+# _AUTO_TRAIN pays for it within the fit-speed budget, and a third of each family would not fit.
 AUTO = "auto"
 AUTO_FAMILIES = ("npt", "spin")
 _AUTO_MEMBERS = {"cpu": {"npt": 2, "spin": 2}}
