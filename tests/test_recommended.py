@@ -49,11 +49,6 @@ def test_auto_is_the_default_and_trains_both_families(auto_classifier):
     assert "2 npt + 2 spin members" in learner.describe_fit()
     # each member has its own seed; one encoder for all
     assert len({m.seed for m in learner.members}) == 4
-    # auto's members anneal for the shortest span; one family alone keeps its preset's anneal
-    assert [m.train_config.anneal_fraction for m in learner.members] == [0.0] * 4
-    assert TableRegressor(model="npt").resolved_configs()[1].anneal_fraction == 0.2
-    asked = TableRegressor(train_options={"anneal_fraction": 0.1})._new_learner()
-    assert {m.train_config.anneal_fraction for m in asked.members} == {0.1}
     assert all(m.encoder is learner.encoder for m in learner.members)
 
 
