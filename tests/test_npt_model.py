@@ -66,8 +66,9 @@ def test_rows_interact_through_abd():
     assert (before - after).abs().max() > 1e-4
 
 
-def test_cached_context_equals_full_masked_pass():
-    model = _model()
+@pytest.mark.parametrize("similarity", ["dot", "cosine"])
+def test_cached_context_equals_full_masked_pass(similarity):
+    model = _model(row_similarity=similarity)
     values, hidden = _table(30)
     is_query = torch.zeros(30, dtype=torch.bool)
     is_query[20:] = True
@@ -77,6 +78,36 @@ def test_cached_context_equals_full_masked_pass():
     torch.testing.assert_close(full.continuous[is_query], cached.continuous, atol=1e-5, rtol=1e-5)
     for a, b in zip(full.categorical, cached.categorical):
         torch.testing.assert_close(a[is_query], b, atol=1e-5, rtol=1e-5)
+
+
+def test_cosine_rows_attend_most_to_themselves_and_their_copies_untrained():
+    """row_similarity="cosine": one projection for queries and keys, so before any training each
+    row's largest attention weights (every head) go to itself and to an exact copy of it, where
+    the paper's two projections rank its copy anywhere."""
+    values, hidden = _table(20)
+    values, hidden = torch.cat([values, values]), torch.cat([hidden, hidden])
+    twins = torch.arange(40).remainder(20)
+
+    def top_two(model: NPT) -> torch.Tensor:
+        mab = model.blocks[0].mab
+        weights = mab.self_attention_weights(model._embed(values, hidden).reshape(1, 40, -1))[0]
+        return weights.topk(2, dim=-1).indices.remainder(20)  # (heads, rows, 2)
+
+    cosine = _model(row_similarity="cosine")
+    attention = cosine.blocks[0].mab.attention
+    abd = [b for b in cosine.blocks if isinstance(b, AttentionBetweenDatapoints)]
+    assert all(b.mab.attention.k is None and "mab.attention.k.weight" not in b.state_dict() for b in abd)
+    assert (top_two(cosine) == twins[None, :, None]).all()
+    assert (top_two(_model()) != twins[None, :, None]).any()  # the paper's dot product: not so
+    # the temperature is learned, per head
+    assert attention.log_temperature.requires_grad and attention.log_temperature.shape == (2,)
+
+
+def test_cosine_similarity_needs_one_width():
+    from semiparam.nn.attention import MultiheadAttention
+
+    with pytest.raises(ValueError, match="kv_width"):
+        MultiheadAttention(8, 2, kv_width=4, similarity="cosine")
 
 
 def test_query_rows_do_not_see_each_other():

@@ -46,6 +46,10 @@ class NPTConfig(AttentionSettings, InputSettings):
     # attention path, so the CPU preset turns it off. paper_* presets set it to 0.1.
     attention_dropout: float = 0.0
     attention_scale: Literal["full", "per_head"] = "full"  # paper: 1/sqrt(full width)
+    # NOTE[DIFF]: "cosine" gives ABD one projection for queries and keys and a learned per-head
+    # temperature on their cosine (nn.attention.MultiheadAttention), so a row attends most to rows
+    # like it from the first step, as a nearest-neighbour lookup. The paper: "dot", two projections
+    row_similarity: Literal["dot", "cosine"] = "dot"
     normalize_kv: bool = True  # paper: K, V from LN(H); False = reference-code quirk (raw H)
     use_aba: bool = True  # False = the "NPT without ABA" ablation (ABD blocks only)
     embedding_layer_norm: bool = False
@@ -137,7 +141,8 @@ class AttentionBetweenDatapoints(nn.Module):
 
     def __init__(self, config: NPTConfig, n_columns: int) -> None:
         super().__init__()
-        self.mab = attention_block(config, n_columns * config.d_embedding, config.n_heads, "row")
+        width = n_columns * config.d_embedding
+        self.mab = attention_block(config, width, config.n_heads, "row", similarity=config.row_similarity)
 
     def forward(self, h: Tensor, attn_mask: Tensor | None = None) -> Tensor:
         n, d, e = h.shape

@@ -38,6 +38,7 @@ from .backends import AttentionBackend, make_backend, paired_weights
 from .dropout import Dropout, replaying
 
 AttentionScale = Literal["full", "per_head"]
+Similarity = Literal["dot", "cosine"]
 NormPlacement = Literal["pre", "post"]
 Activation = Literal["gelu", "relu"]
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"gelu": nn.GELU, "relu": nn.ReLU}
@@ -78,6 +79,14 @@ class MultiheadAttention(nn.Module):
     each split into heads; ``out`` mixes the heads (W^O). ``backend`` names the attention backend
     (``nn.backends``; default PyTorch's fused attention), ``backend_options`` its options.
     Attention-weight dropout draws from ``dropout_generator`` (see :mod:`semiparam.nn.dropout`).
+
+    ``similarity="cosine"`` (self-attention widths only): queries and keys come from *one*
+    projection, each head's unit-normalised, and their dot product is multiplied by a learned
+    per-head temperature (initially ``temperature``) instead of ``scale``. A token is then most
+    similar to itself and to tokens equal to it from the first step: attention starts out as a
+    soft nearest-neighbour lookup (the retrieval of TabR, Gorishniy et al. 2024, and ModernNCA),
+    which the dot product of two independent projections has to learn. The temperature is folded
+    into the queries, so every backend computes it unchanged (with ``scale`` 1).
     """
 
     dropout_generator: torch.Generator | None = None
@@ -92,8 +101,16 @@ class MultiheadAttention(nn.Module):
         kv_width: int | None = None,
         backend: str = "sdpa",
         backend_options: Mapping[str, Any] | None = None,
+        similarity: Similarity = "dot",
+        temperature: float = 8.0,
     ) -> None:
         super().__init__()
+        if similarity not in ("dot", "cosine"):
+            raise ValueError(f"similarity must be 'dot' or 'cosine', got {similarity!r}")
+        if similarity == "cosine" and kv_width not in (None, width):
+            raise ValueError("cosine similarity shares one projection: it needs kv_width == width")
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
         if width % n_heads != 0:
             raise ValueError(f"width {width} is not divisible by n_heads {n_heads}")
         self.width = width
@@ -105,9 +122,14 @@ class MultiheadAttention(nn.Module):
                 f"the {backend!r} attention backend does not apply attention dropout; "
                 "set attention_dropout=0 or choose another backend"
             )
-        self.scale = attention_scale(width, n_heads, scale)
+        self.similarity = similarity
+        self.scale = attention_scale(width, n_heads, scale) if similarity == "dot" else 1.0
         self.q = nn.Linear(width, width)
-        self.k = nn.Linear(kv_width or width, width)
+        # cosine: one projection, q, for queries and keys
+        self.k = None if similarity == "cosine" else nn.Linear(kv_width or width, width)
+        self.log_temperature = (
+            nn.Parameter(torch.full((n_heads,), math.log(temperature))) if similarity == "cosine" else None
+        )
         self.v = nn.Linear(kv_width or width, width)
         self.out = nn.Linear(width, width)
 
@@ -120,11 +142,19 @@ class MultiheadAttention(nn.Module):
         """Keys and values of ``kv_input`` (B, n_kv, w_kv), each (B, heads, n_kv, w / heads); the
         values of ``v_input`` instead where given (keys and values from two inputs)."""
         values = kv_input if v_input is None else v_input
-        return self._split(self.k(kv_input)), self._split(self.v(values))
+        keys = self._split((self.q if self.k is None else self.k)(kv_input))
+        if self.log_temperature is not None:
+            keys = nn.functional.normalize(keys, dim=-1)
+        return keys, self._split(self.v(values))
 
     def project_q(self, q_input: Tensor) -> Tensor:
-        """Queries of ``q_input`` (B, n_q, w), split into heads: (B, heads, n_q, w / heads)."""
-        return self._split(self.q(q_input))
+        """Queries of ``q_input`` (B, n_q, w), split into heads: (B, heads, n_q, w / heads); with
+        cosine similarity unit-normalised and times the head's temperature."""
+        queries = self._split(self.q(q_input))
+        if self.log_temperature is not None:
+            temperature = self.log_temperature.exp().view(1, -1, 1, 1)
+            queries = nn.functional.normalize(queries, dim=-1) * temperature
+        return queries
 
     def merge_heads(self, y: Tensor) -> Tensor:
         """Per-head attention outputs (B, heads, n_q, w / heads) -> mixed output (B, n_q, w)."""
@@ -148,7 +178,7 @@ class MultiheadAttention(nn.Module):
         ``paired=True``: query i attends to the prefix and to row i of ``kv_input`` only.
         ``v_input``: the values come from it, the keys from ``kv_input`` (same length).
         """
-        q = self._split(self.q(q_input))
+        q = self.project_q(q_input)
         if paired:
             if prefix_kv is None or kv_input is None:
                 raise ValueError("paired attention needs prefix_kv and kv_input")
@@ -221,6 +251,8 @@ class MAB(nn.Module):
       is its attention and residual only; ``activation``: the feed-forward's, ``"gelu"`` or ``"relu"``.
     - ``separate_values=True`` (a cross block): ``mab(x, keys, values=v)`` takes the keys and the
       values from two inputs, each with its LayerNorm (the attentive NPs' keys MLP(x_c)).
+    - ``similarity="cosine"`` (self-attention): one projection for queries and keys, cosine
+      similarity times a learned temperature (:class:`MultiheadAttention`).
     """
 
     def __init__(
@@ -243,6 +275,7 @@ class MAB(nn.Module):
         kv_width: int | None = None,
         backend: str = "sdpa",
         backend_options: Mapping[str, Any] | None = None,
+        similarity: Similarity = "dot",
     ) -> None:
         super().__init__()
         if kv_width is not None and kv_width != width and not cross:
@@ -271,6 +304,7 @@ class MAB(nn.Module):
             kv_width=kv_width,
             backend=backend,
             backend_options=backend_options,
+            similarity=similarity,
         )
         # post-norm: the LayerNorm of the attention's residual sum
         self.norm_attention = nn.LayerNorm(width, eps=layer_norm_eps) if self.post_norm else None
