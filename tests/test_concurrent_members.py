@@ -30,7 +30,7 @@ def _table(n: int = 90, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 def _fit(cls, how: str, X, y, **options):
     train = {"concurrent_members": how, "min_steps": 0, "eval_every": 2, "min_anneal_steps": 4}
     model = cls(
-        random_state=5,
+        random_state=1,  # a seed whose three members stop at different steps
         n_estimators=3,
         device="cpu",
         max_steps=120,
