@@ -34,7 +34,7 @@ N_SOURCE, N_FEATURES = 150, 5
 METRICS = ("r_fit", "twin_first", "r_old", "r_new", "twin_first_new", "steps")
 SEEDS = (0, 1, 2)
 LONG = {"patience": None, "lr_schedule": "flat_cosine"}  # the paper's schedule, no early stop
-COSINE = {"row_similarity": "cosine"}
+DOT = {"row_similarity": "dot"}  # the paper's row attention (the cpu preset: cosine)
 LOOKUP_TASK = {"training_task": "duplicate_lookup", "batch_size": 64, "full_batch_rows": 0, **LONG}
 # name -> (family, estimator keyword arguments beyond n_estimators=1 and random_state=seed, what it is)
 # fmt: off
@@ -47,6 +47,8 @@ SETTINGS: dict[str, tuple[str, dict[str, Any], str]] = {
     "npt_lookup_pairs": ("npt", {"train_options": {"lookup_pairs": 0.3}},
         "NPT at its defaults with 30% of each step's rows made lookup pairs (a row and a copy of it "
         "shown whole, both given a random row's label; TrainConfig.lookup_pairs)"),
+    "npt_lookup_pairs_half": ("npt", {"train_options": {"lookup_pairs": 0.5}},
+        "NPT at its defaults with half of each step's rows made lookup pairs"),
     "npt_long": ("npt", {"max_steps": 2000, "train_options": LONG},
         "NPT at its defaults but 2,000 steps on the paper's flat-then-cosine schedule"),
     "npt_lookup_pairs_long": ("npt", {"max_steps": 2000, "train_options": {"lookup_pairs": 0.3, **LONG}},
@@ -60,14 +62,13 @@ SETTINGS: dict[str, tuple[str, dict[str, Any], str]] = {
     "spin160_lookup_task_800": ("spin", {"max_steps": 800, "train_options": LOOKUP_TASK,
                                          "model_options": {"n_inducing": 160}},
         "SPIN with 160 inducing points (more than the 150 source rows) on the lookup task alone"),
-    "npt_cosine": ("npt", {"model_options": COSINE},
-        "NPT at its defaults with cosine row attention (NPTConfig.row_similarity='cosine': one "
-        "projection for queries and keys, a learned temperature)"),
-    "npt_cosine_lookup_pairs": ("npt", {"model_options": COSINE, "train_options": {"lookup_pairs": 0.3}},
-        "cosine row attention and lookup pairs on 30% of the rows"),
-    "npt_cosine_lookup_task_300": ("npt", {"max_steps": 300, "model_options": COSINE,
-                                           "train_options": LOOKUP_TASK},
-        "cosine row attention trained on the lookup task alone for 300 steps, as npt_lookup_task_800"),
+    "npt_dot": ("npt", {"model_options": DOT},
+        "NPT at its defaults but with the paper's dot-product row attention (two projections; "
+        "the default before NPTConfig.row_similarity='cosine')"),
+    "npt_dot_lookup_task_800": ("npt", {"max_steps": 800, "model_options": DOT, "train_options": LOOKUP_TASK},
+        "the dot-product row attention on the lookup task alone, as npt_lookup_task_800"),
+    "npt_lookup_task_300": ("npt", {"max_steps": 300, "train_options": LOOKUP_TASK},
+        "NPT on the lookup task alone for 300 steps, as npt_lookup_task_800"),
 }
 # fmt: on
 
