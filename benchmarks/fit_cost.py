@@ -40,6 +40,9 @@ MODELS = ("npt", "spin", "catboost")
 VARIANTS = {
     "npt-in-turn": ("npt", {"train_options": {"concurrent_members": "never"}}),
     "spin-in-turn": ("spin", {"train_options": {"concurrent_members": "never"}}),
+    # the paper's dot-product row attention in NPT (the cpu preset's is cosine)
+    "npt-dot": ("npt", {"model_options": {"row_similarity": "dot"}}),
+    "auto-dot": ("auto", {"model_options": {"npt": {"row_similarity": "dot"}}}),
 }
 ALL_MODELS = (*MODELS, "auto", *VARIANTS)  # auto: TableClassifier / TableRegressor, NPT and SPIN members
 PROFILE_TABLES = ("boston", "adult")  # a small table and a medium one
