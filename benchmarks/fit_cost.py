@@ -37,12 +37,13 @@ import numpy as np
 
 MODELS = ("npt", "spin", "catboost")
 # the neural defaults with one setting changed, for a ratio measured in the same run (--models)
-VARIANTS = {
-    "npt-in-turn": ("npt", {"train_options": {"concurrent_members": "never"}}),
-    "spin-in-turn": ("spin", {"train_options": {"concurrent_members": "never"}}),
-    # the paper's dot-product row attention in NPT (the cpu preset's is cosine)
-    "npt-dot": ("npt", {"model_options": {"row_similarity": "dot"}}),
-    "auto-dot": ("auto", {"model_options": {"npt": {"row_similarity": "dot"}}}),
+IN_TURN = "the members one after another on both threads (`concurrent_members='never'`)"
+DOT = "NPT's row attention the paper's dot product (`row_similarity='dot'`; the cpu preset's: cosine)"
+VARIANTS = {  # name -> (model, estimator overrides, what differs from the model's defaults)
+    "npt-in-turn": ("npt", {"train_options": {"concurrent_members": "never"}}, IN_TURN),
+    "spin-in-turn": ("spin", {"train_options": {"concurrent_members": "never"}}, IN_TURN),
+    "npt-dot": ("npt", {"model_options": {"row_similarity": "dot"}}, DOT),
+    "auto-dot": ("auto", {"model_options": {"npt": {"row_similarity": "dot"}}}, DOT),
 }
 ALL_MODELS = (*MODELS, "auto", *VARIANTS)  # auto: TableClassifier / TableRegressor, NPT and SPIN members
 PROFILE_TABLES = ("boston", "adult")  # a small table and a medium one
@@ -59,7 +60,7 @@ def cell(kind: str, table: str, model: str, device: str, split: int = 0, steps: 
     load = os.getloadavg()[0]  # the machine's load as the cell starts (2: both cores busy)
     if kind == "profile":
         return {**profile_cell(table, model, steps, device), "load_at_start": load}
-    base, overrides = VARIANTS.get(model, (model, {}))
+    base, overrides, _ = VARIANTS.get(model, (model, {}, ""))
     overrides = {"device": device, **overrides} if base in ds.NEURAL_MODELS else {}
     return {**ds.run_cell(table, base, split, overrides), "load_at_start": load}
 
@@ -251,9 +252,9 @@ def report(records: list[dict[str, Any]]) -> tuple[list[str], dict[str, Any]]:
     if variants:
         lines += [
             "NPT and SPIN fit their members at once, in threads of one PyTorch thread each "
-            "(`concurrent_members`); " + ", ".join(f"`{m}`" for m in variants) + ": the same defaults "
-            "with the members one after another on both threads (`concurrent_members='never'`), in the "
-            "same run.",
+            "(`concurrent_members`). Variants, in the same run, each its model's defaults but: "
+            + "; ".join(f"`{m}`: {VARIANTS[m][2]}" for m in variants)
+            + ".",
             "",
         ]
     lines += [
