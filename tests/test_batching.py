@@ -123,3 +123,32 @@ def test_lookup_pairs_copy_rows_whole_and_give_each_pair_one_drawn_label():
     ] = False
     assert torch.equal(batch.values[untouched], values[untouched])  # the other rows as they were
     assert LookupPairs(rows, [target], 0.0)(1).revealed is None  # no share: the step unchanged
+    assert torch.equal(batch.queried, torch.zeros(n, dtype=torch.bool).index_fill(0, torch.tensor(
+        [int(torch.nonzero((values[:, :target] == batch.values[s, :target]).all(1))[0]) for s in twins]
+    ), True))  # fmt: skip
+
+
+def test_lookup_pairs_give_a_source_s_duplicate_rows_the_pair_s_label():
+    """A table's duplicate rows: every row of the step equal in features to a source shows the
+    pair's label, so no row contradicts the twin (here each row is in the table twice)."""
+    from semiparam.estimators._sampling import LookupPairs, RowSampler
+
+    n, target = 60, 2
+    features = torch.randn(n // 2, target).repeat(2, 1)
+    labels = torch.randn(n // 2, 1).repeat(2, 1)
+    values, missing = torch.cat([features, labels], 1), torch.zeros(n, 3, dtype=torch.bool)
+    missing[::7, 1] = True  # a missing cell is part of a row's features
+    labelled = torch.ones(n, dtype=torch.bool)
+    rows = RowSampler(values, missing, labelled, 512, None, np.random.default_rng(1))
+    for step in range(5):
+        batch = LookupPairs(rows, [target], 0.5)(step)
+        by_features: dict[tuple, set[float]] = {}
+        for k in range(n):
+            if not batch.missing[k, :target].any():
+                row = tuple(batch.values[k, :target].tolist())
+                by_features.setdefault(row, set()).add(float(batch.values[k, target]))
+        assert all(len(labels) == 1 for labels in by_features.values())
+        # the sources' labels were drawn: most differ from the row's own
+        sources = torch.nonzero(batch.queried).flatten()
+        changed = (batch.values[sources, target] != values[sources, target]).float().mean()
+        assert changed > 0.5

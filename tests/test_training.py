@@ -101,6 +101,18 @@ def test_revealed_rows_are_shown_whole_and_never_scored(p_target):
     assert m.score_feature[~revealed].any()
 
 
+def test_queried_rows_have_their_targets_scored_whatever_p_target_draws():
+    values, missing = _data(4000)
+    labelled = torch.ones(len(values), dtype=torch.bool)
+    queried = torch.arange(len(values)) < 1000  # the lookup pairs' sources
+    policy = MaskingPolicy(p_feature=0.0, p_target=0.5, randomize_fraction=0.0)
+    m = _mask(values, missing, labelled, policy, 4, queried_rows=queried)
+    observed = ~missing[:, 3]
+    assert m.score_target[queried & observed, 3].all() and m.hidden[queried, 3].all()
+    others = ~queried & observed
+    assert abs(m.score_target[others, 3].float().mean().item() - 0.5) < 0.04  # as without
+
+
 def test_loss_reads_only_scored_cells():
     torch.manual_seed(0)
     n = 8

@@ -141,9 +141,12 @@ class LookupPairs:
     """Lookup pairs mixed into masked reconstruction, around a row sampler: in each step, a share
     of the step's rows is overwritten by copies ("twins") of other labelled rows of the step,
     shown whole (``Batch.revealed``: never masked nor scored); each pair (a source row and its
-    twin) gets the target cells of a row of the step drawn at random. Where the source's target is
-    hidden and scored (``p_target``), only its twin's label predicts it: neither its features nor
-    the weights' memory of the table do. The rest of the step is the usual masked reconstruction.
+    twin) gets the target cells of a row of the step drawn at random. The source's target is
+    hidden and scored (``Batch.queried``, whatever ``p_target`` draws), and only its twin's label
+    predicts it: neither its features nor the weights' memory of the table do. The step's other
+    labelled rows whose features equal a source's (a table's duplicate rows) take the pair's label
+    too, so that no row of the step contradicts the twin. The rest of the step is the usual masked
+    reconstruction.
 
     NOTE[DIFF]: not in the papers. NPT's masked reconstruction lets a model read the labels of
     other rows, but nothing makes it: on a small table it is cheaper to memorise each training
@@ -168,23 +171,36 @@ class LookupPairs:
         donors = rng.choice(labelled, size=n_pairs)
         device = batch.values.device
         src, slot, donor = (torch.as_tensor(a, device=device) for a in (sources, slots, donors))
-        values, missing = batch.values.clone(), batch.missing.clone()
-        values[slot], missing[slot] = values[src], missing[src]
         j = torch.as_tensor(self.target_j, device=device)
-        for rows in (src, slot):
-            values[rows[:, None], j] = batch.values[donor[:, None], j]
-            missing[rows[:, None], j] = batch.missing[donor[:, None], j]
+        features = torch.ones(batch.values.shape[1], dtype=torch.bool, device=device)
+        features[j] = False
+        # same[k, r]: row r's features (values and missing cells) are source k's
+        same = (batch.values[src][:, None, features] == batch.values[None, :, features]).all(-1)
+        same &= (batch.missing[src][:, None, features] == batch.missing[None, :, features]).all(-1)
+        # sources that duplicate an earlier source take its donor; rows duplicating a source its
+        # label (slots are overwritten below, unlabelled rows never show a label)
+        donor = donor[same[:, src].int().argmax(0)]
+        relabel = same.any(0) & batch.labelled
+        relabel[slot] = False
+        rows = torch.cat([torch.nonzero(relabel).flatten(), slot])
+        row_donor = torch.cat([donor[same[:, relabel].int().argmax(0)], donor])
+        values, missing = batch.values.clone(), batch.missing.clone()
+        values[slot], missing[slot] = batch.values[src], batch.missing[src]
+        values[rows[:, None], j] = batch.values[row_donor[:, None], j]
+        missing[rows[:, None], j] = batch.missing[row_donor[:, None], j]
         labelled_rows = batch.labelled.clone()
         labelled_rows[slot] = True
         revealed = torch.zeros(n, dtype=torch.bool, device=device)
         if batch.revealed is not None:
             revealed |= batch.revealed
         revealed[slot] = True
+        queried = torch.zeros(n, dtype=torch.bool, device=device)
+        queried[src] = True
         weights = None
         if batch.weights is not None:
             weights = batch.weights.clone()
             weights[slot] = batch.weights[src]
-        return Batch(values, missing, labelled_rows, revealed, weights)
+        return Batch(values, missing, labelled_rows, revealed, weights, queried)
 
     def state_dict(self) -> dict[str, Any]:
         return self.rows.state_dict()

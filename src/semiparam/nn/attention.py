@@ -122,7 +122,6 @@ class MultiheadAttention(nn.Module):
                 f"the {backend!r} attention backend does not apply attention dropout; "
                 "set attention_dropout=0 or choose another backend"
             )
-        self.similarity = similarity
         self.scale = attention_scale(width, n_heads, scale) if similarity == "dot" else 1.0
         self.q = nn.Linear(width, width)
         # cosine: one projection, q, for queries and keys
@@ -142,9 +141,10 @@ class MultiheadAttention(nn.Module):
         """Keys and values of ``kv_input`` (B, n_kv, w_kv), each (B, heads, n_kv, w / heads); the
         values of ``v_input`` instead where given (keys and values from two inputs)."""
         values = kv_input if v_input is None else v_input
-        keys = self._split((self.q if self.k is None else self.k)(kv_input))
-        if self.log_temperature is not None:
-            keys = nn.functional.normalize(keys, dim=-1)
+        if self.k is not None:
+            keys = self._split(self.k(kv_input))
+        else:  # cosine: the queries' projection, unit-normalised
+            keys = nn.functional.normalize(self._split(self.q(kv_input)), dim=-1)
         return keys, self._split(self.v(values))
 
     def project_q(self, q_input: Tensor) -> Tensor:

@@ -89,11 +89,13 @@ def mask_for_training(
     policy: MaskingPolicy,
     generator: torch.Generator | None = None,
     revealed_rows: Tensor | None = None,
+    queried_rows: Tensor | None = None,
 ) -> MaskedBatch:
     """Sample one training step's masks. ``values``/``missing`` (n, d); ``target_columns`` (d,) bool;
     ``labelled_rows`` (n,) bool: rows whose targets may be shown and scored; ``cardinalities`` (d,)
     long, 0 for continuous columns; ``revealed_rows`` (n,) bool: rows shown whole, never masked
-    nor scored (the copies of the duplicate-lookup task, spec-npt 6.4)."""
+    nor scored (the copies of the duplicate-lookup task, spec-npt 6.4); ``queried_rows`` (n,) bool:
+    rows whose targets are hidden and scored whatever ``p_target`` draws (lookup pairs' sources)."""
     n, d = values.shape
     values = values.clone()
     hidden = missing.clone()
@@ -115,6 +117,8 @@ def mask_for_training(
             pick = rows.expand(n, d)
         else:
             pick = torch.rand((n, d), generator=generator, device=values.device) < policy.p_target
+        if queried_rows is not None:
+            pick = pick | queried_rows.view(n, 1)
         score_target = scoreable_target & pick
         _corrupt(values, hidden, score_target, cardinalities, policy.randomize_fraction, generator)
 

@@ -43,13 +43,16 @@ __all__ = [
 class Batch:
     """One training step's rows, encoded: ``values``/``missing`` (n, d), ``labelled`` (n,);
     ``revealed`` (n,): rows shown whole and never scored (the duplicate-lookup task's copies);
-    ``weights`` (n,): the rows' sample weights in the loss (None: every row 1)."""
+    ``weights`` (n,): the rows' sample weights in the loss (None: every row 1); ``queried`` (n,):
+    labelled rows whose targets are hidden and scored whatever ``p_target`` draws (the lookup
+    pairs' sources, whose label only their twin holds)."""
 
     values: Tensor
     missing: Tensor
     labelled: Tensor
     revealed: Tensor | None = None
     weights: Tensor | None = None
+    queried: Tensor | None = None
 
     def row_weights(self, rows: Tensor | slice = slice(None)) -> Tensor | None:
         """The sample weights of ``rows`` (None when the rows are unweighted)."""
@@ -74,6 +77,7 @@ def mask_batch(
         policy=policy,
         generator=generator,
         revealed_rows=None if batch.revealed is None else batch.revealed[rows],
+        queried_rows=None if batch.queried is None else batch.queried[rows],
     )
 
 
