@@ -152,3 +152,36 @@ def test_lookup_pairs_give_a_source_s_duplicate_rows_the_pair_s_label():
         sources = torch.nonzero(batch.queried).flatten()
         changed = (batch.values[sources, target] != values[sources, target]).float().mean()
         assert changed > 0.5
+
+
+def test_lookup_steps_are_every_nth_step_of_shuffled_labels_beside_copies_shown_whole():
+    from semiparam.estimators._sampling import LOOKUP_ROWS, LookupSteps, RowSampler
+
+    n, target = 600, 2
+    features = torch.randn(n // 2, target).repeat(2, 1)  # every row twice in the table
+    values = torch.cat([features, torch.randn(n // 2, 1).repeat(2, 1)], 1)
+    missing = torch.zeros(n, 3, dtype=torch.bool)
+    labelled = torch.ones(n, dtype=torch.bool)
+    labelled[-10:] = False  # transductive rows: never in a lookup step
+    rows = RowSampler(values, missing, labelled, 512, None, np.random.default_rng(0), full_batch_rows=1024)
+    steps = LookupSteps(rows, [target], 5)
+    for step in range(10):
+        batch = steps(step)
+        if step % 5 != 4:  # an ordinary step: the row sampler's, untouched
+            assert batch.revealed is None and batch.queried is None and torch.equal(batch.values, values)
+            continue
+        m = len(batch.values) // 2
+        assert m == LOOKUP_ROWS and batch.labelled.all()
+        originals, copies = batch.values[:m], batch.values[m:]
+        assert torch.equal(originals, copies) and torch.equal(batch.missing[:m], batch.missing[m:])
+        assert batch.queried[:m].all() and not batch.queried[m:].any()
+        assert batch.revealed[m:].all() and not batch.revealed[:m].any()
+        # labelled rows of the table, their labels shuffled across them: mostly not their own ...
+        source = [int(torch.nonzero((values[:, :target] == r[:target]).all(1))[0]) for r in originals]
+        assert all(bool(labelled[i]) for i in source)
+        assert (originals[:, target] != values[source, target]).float().mean() > 0.5
+        # ... and a table's duplicate rows show one label
+        by_features: dict[tuple, set[float]] = {}
+        for r in originals.tolist():
+            by_features.setdefault(tuple(r[:target]), set()).add(r[target])
+        assert all(len(labels) == 1 for labels in by_features.values())

@@ -53,6 +53,7 @@ from ._context import PredictionContext
 from ._sampling import (
     DuplicateLookup,
     LookupPairs,
+    LookupSteps,
     RowSampler,
     permute_targets,
     split_validation,
@@ -65,7 +66,7 @@ from .model_dir import SavedModel, module_tensors, read_model_dir, save_model_di
 class TrainingSetup:
     """What one learner's training reads (:meth:`TableLearner.training_setup`)."""
 
-    sampler: RowSampler | DuplicateLookup | LookupPairs
+    sampler: RowSampler | DuplicateLookup | LookupPairs | LookupSteps
     generator: torch.Generator  # masking draws
     callbacks: list[Any]
     evaluate: Callable[[], float] | None = None
@@ -336,7 +337,7 @@ class TableLearner:
                 [strata[train_idx], np.full(len(train_values) - len(train_idx), -2)]
             )
 
-        sampler: RowSampler | DuplicateLookup | LookupPairs = RowSampler(
+        rows = RowSampler(
             torch.as_tensor(train_values, device=self.device),
             torch.as_tensor(train_missing, device=self.device),
             torch.as_tensor(labelled, device=self.device),
@@ -346,11 +347,14 @@ class TableLearner:
             None if weights is None else torch.as_tensor(weights, device=self.device),
             cfg.full_batch_rows,
         )
+        sampler: RowSampler | DuplicateLookup | LookupPairs | LookupSteps = rows
         lookup = cfg.training_task == "duplicate_lookup"
         if lookup:
-            sampler = DuplicateLookup(sampler, schema.target_indices, cfg.lookup_shuffle_targets)
+            sampler = DuplicateLookup(rows, schema.target_indices, cfg.lookup_shuffle_targets)
         elif cfg.lookup_pairs > 0 and has_targets:
-            sampler = LookupPairs(sampler, schema.target_indices, cfg.lookup_pairs)
+            sampler = LookupPairs(rows, schema.target_indices, cfg.lookup_pairs)
+        elif cfg.lookup_every > 0 and has_targets:
+            sampler = LookupSteps(rows, schema.target_indices, cfg.lookup_every)
         bar = " ".join(filter(None, [self.model_name, self.label, f"on {self.device}"]))
         setup = TrainingSetup(
             sampler=sampler,
