@@ -53,6 +53,10 @@ SETTINGS: dict[str, tuple[str, dict[str, Any], str]] = {
         "NPT at its defaults with 30% lookup pairs and no plateau stop before step 150"),
     "npt_lookup_pairs_fifth_min150": ("npt", {"train_options": {"lookup_pairs": 0.2, "min_steps": 150}},
         "NPT at its defaults with 20% lookup pairs and no plateau stop before step 150"),
+    "npt_lookup_every_5": ("npt", {"train_options": {"lookup_every": 5, "min_steps": 150}},
+        "NPT at its defaults with the lookup task every fifth step (TrainConfig.lookup_every: up to "
+        "256 of the step's rows, labels shuffled, beside copies shown whole) and no plateau stop "
+        "before step 150"),
     "npt_long": ("npt", {"max_steps": 2000, "train_options": LONG},
         "NPT at its defaults but 2,000 steps on the paper's flat-then-cosine schedule"),
     "npt_lookup_pairs_long": ("npt", {"max_steps": 2000, "train_options": {"lookup_pairs": 0.3, **LONG}},

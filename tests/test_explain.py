@@ -22,20 +22,10 @@ def test_mask_attribution_finds_the_two_features_the_target_uses():
     """y depends on x0 and x1 only (of ten): the mask decomposition ranks those two first for
     >= 80% of rows and gives the eight others next to nothing. (Not every row: the rows an NPT
     reads for a prediction are chosen by all ten features, so hiding an ignored one moves some
-    predictions a little, by seed as much as by row similarity.) Trained without the preset's
-    lookup pairs: a model taught to copy labels from its closest rows reads them more, and the
-    features that pick those rows then move its predictions too; this checks the decomposition,
-    on a model that reads x0 and x1 above all."""
+    predictions a little, by seed as much as by row similarity.)"""
     X = _features(400, 10, seed=3)
     y = 2.0 * X["x0"] - 1.5 * X["x1"] + 0.05 * np.random.default_rng(4).normal(size=len(X))
-    reg = NPTRegressor(
-        max_steps=300,
-        n_estimators=1,
-        model_options=TINY,
-        train_options={"lookup_pairs": 0.0},
-        random_state=0,
-        verbose=False,
-    )
+    reg = NPTRegressor(max_steps=300, n_estimators=1, model_options=TINY, random_state=0, verbose=False)
     reg.fit(X, y)  # one member: the ensemble's averaging is checked on the tiny tables below
     X_test = _features(50, 10, seed=5)
     attr = reg.explain_features(X_test, method="mask")

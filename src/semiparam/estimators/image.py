@@ -88,7 +88,6 @@ class _ImageClassifier(ClassifierMixin, ExplainMixin, TableEstimatorMixin):
         "tradeoff_steps": 1500,
         "p_target": 0.15,
         "p_feature": 0.15,
-        "lookup_every": 0,  # the table preset's lookup steps: images train as the paper's run
     }
     # model settings the cpu preset of an image model changes (model_options still win)
     _image_model_defaults: dict[str, Any] = {}
