@@ -44,39 +44,25 @@ SETTINGS: dict[str, tuple[str, dict[str, Any], str]] = {
     "npt_pretrained": ("npt", {"init": "pretrained"},
         "the prior-fitted NPT, zero-shot (NPTRegressor(init='pretrained') at its default views; "
         "nothing trained)"),
-    "npt_lookup_pairs": ("npt", {"train_options": {"lookup_pairs": 0.3}},
-        "NPT at its defaults with 30% of each step's rows made lookup pairs (a row and a copy of it "
-        "shown whole, both given a random row's label; TrainConfig.lookup_pairs)"),
-    "npt_lookup_pairs_half": ("npt", {"train_options": {"lookup_pairs": 0.5}},
-        "NPT at its defaults with half of each step's rows made lookup pairs"),
     "npt_lookup_pairs_min150": ("npt", {"train_options": {"lookup_pairs": 0.3, "min_steps": 150}},
-        "NPT at its defaults with 30% lookup pairs and no plateau stop before step 150"),
-    "npt_lookup_pairs_fifth_min150": ("npt", {"train_options": {"lookup_pairs": 0.2, "min_steps": 150}},
-        "NPT at its defaults with 20% lookup pairs and no plateau stop before step 150"),
+        "NPT at its defaults with 30% of each step's rows made lookup pairs (a row and a copy of it "
+        "shown whole, both given a random row's label; TrainConfig.lookup_pairs) and no plateau "
+        "stop before step 150"),
     "npt_lookup_every_5": ("npt", {"train_options": {"lookup_every": 5, "min_steps": 150}},
         "NPT at its defaults with the lookup task every fifth step (TrainConfig.lookup_every: up to "
         "256 of the step's rows, labels shuffled, beside copies shown whole) and no plateau stop "
         "before step 150"),
-    "npt_long": ("npt", {"max_steps": 2000, "train_options": LONG},
-        "NPT at its defaults but 2,000 steps on the paper's flat-then-cosine schedule"),
-    "npt_lookup_pairs_long": ("npt", {"max_steps": 2000, "train_options": {"lookup_pairs": 0.3, **LONG}},
-        "both: lookup pairs on 30% of the rows and 2,000 steps"),
-    "npt_lookup_task_800": ("npt", {"max_steps": 800, "train_options": LOOKUP_TASK},
-        "NPT trained on the paper's lookup task alone (every row copied, labels shuffled), 800 "
-        "steps flat then cosine in batches of 64 rows and their copies: what NPT can learn when "
-        "only lookup predicts"),
-    "spin_lookup_task_800": ("spin", {"max_steps": 800, "train_options": LOOKUP_TASK},
-        "SPIN (10 inducing points) trained on the lookup task alone, as NPT above"),
     "spin160_lookup_task_800": ("spin", {"max_steps": 800, "train_options": LOOKUP_TASK,
                                          "model_options": {"n_inducing": 160}},
-        "SPIN with 160 inducing points (more than the 150 source rows) on the lookup task alone"),
+        "SPIN with 160 inducing points (more than the 150 source rows) on the paper's lookup task "
+        "alone, 800 steps as npt_lookup_task_300"),
     "npt_dot": ("npt", {"model_options": DOT},
         "NPT at its defaults but with the paper's dot-product row attention (two projections; "
         "the default before NPTConfig.row_similarity='cosine')"),
-    "npt_dot_lookup_task_800": ("npt", {"max_steps": 800, "model_options": DOT, "train_options": LOOKUP_TASK},
-        "the dot-product row attention on the lookup task alone, as npt_lookup_task_800"),
     "npt_lookup_task_300": ("npt", {"max_steps": 300, "train_options": LOOKUP_TASK},
-        "NPT on the lookup task alone for 300 steps, as npt_lookup_task_800"),
+        "NPT trained on the paper's lookup task alone (every row copied, labels shuffled), 300 "
+        "steps flat then cosine in batches of 64 rows and their copies: what NPT can learn when "
+        "only lookup predicts"),
 }
 # fmt: on
 
