@@ -185,3 +185,22 @@ def test_lookup_steps_are_every_nth_step_of_shuffled_labels_beside_copies_shown_
         for r in originals.tolist():
             by_features.setdefault(tuple(r[:target]), set()).add(r[target])
         assert all(len(labels) == 1 for labels in by_features.values())
+
+
+def test_lookup_every_trains_an_npt_and_refuses_one():
+    import pandas as pd
+    import pytest
+
+    from semiparam import NPTRegressor
+    from semiparam.training.config import ConfigError, TrainConfig
+
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame(rng.normal(size=(80, 3)), columns=["a", "b", "c"])
+    y = X["a"] - X["b"]
+    reg = NPTRegressor(
+        max_steps=12, n_estimators=1, train_options={"lookup_every": 3}, random_state=0, verbose=False
+    )
+    assert np.isfinite(reg.fit(X, y).predict(X)).all() and reg.history_.n_steps == 12
+    assert TrainConfig(lookup_every=0).lookup_every == 0
+    with pytest.raises(ConfigError, match="lookup_every must be 0"):
+        TrainConfig(lookup_every=1)

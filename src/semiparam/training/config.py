@@ -397,7 +397,7 @@ class TrainConfig(  # a dataclass puts its last base's fields first: schedule, o
     NEURAL_PROCESS_ONLY = (*NeuralProcessSettings.field_names(), "lr_drops", "drop_factor")
     # fields added after table fits were first checkpointed: they enter a fit's checkpoint
     # fingerprint only when set away from their defaults, so those checkpoints still resume
-    LATER_FIELDS = NEURAL_PROCESS_ONLY
+    LATER_FIELDS = (*NEURAL_PROCESS_ONLY, "lookup_every")
     # fields that act only after training (on the fitted model): a checkpoint resumes whatever
     # they are, so they never enter its fingerprint
     AFTER_TRAINING = ("min_temperature",)
