@@ -112,14 +112,15 @@ def test_reading_clip_norm_from_a_config_of_now() -> None:
 def test_table_fingerprints_leave_out_the_neural_process_settings_at_their_defaults() -> None:
     """Table-model checkpoints made before the merge still resume: the settings TrainConfig took
     in from the neural processes enter a table fit's fingerprint only when set away from their
-    defaults, and TrainConfig's own keys keep their names there (an alias of a merged config is
-    not a rename of TrainConfig's)."""
+    defaults (as does ``lookup_every``, added later), and TrainConfig's own keys keep their names
+    there (an alias of a merged config is not a rename of TrainConfig's)."""
     later = set(TrainConfig.LATER_FIELDS)
-    assert later == {"objective", "n_z_samples", "log_every", "lr_drops", "drop_factor"}
+    assert later == {"objective", "n_z_samples", "log_every", "lr_drops", "drop_factor", "lookup_every"}
     for config in (TrainConfig(), TrainConfig.cpu(), TrainConfig.spin_cpu()):
         assert set(config.to_dict()) - set(config.fingerprint_dict()) == later | {"min_temperature"}
         assert "checkpoint_every_steps" in config.fingerprint_dict()
     assert TrainConfig(n_z_samples=2).fingerprint_dict()["n_z_samples"] == 2
+    assert TrainConfig(lookup_every=5).fingerprint_dict()["lookup_every"] == 5
     # calibration acts after training: a checkpoint resumes whatever its floor
     assert TrainConfig(min_temperature=0.7).fingerprint_dict() == TrainConfig().fingerprint_dict()
 
