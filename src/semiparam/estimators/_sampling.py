@@ -106,12 +106,41 @@ def permute_targets(values: Any, missing: Any, target_j: Sequence[int], perm: An
     return values, missing
 
 
-class DuplicateLookup:
+def with_copies(batch: Batch, values: torch.Tensor, missing: torch.Tensor, *, queried: bool = False) -> Batch:
+    """``batch``'s rows holding ``values``/``missing`` (its cells, the targets perhaps shuffled),
+    then a copy of each shown whole (``Batch.revealed``), from which the originals' hidden targets
+    can be copied; ``queried``: the originals' targets are hidden and scored whatever ``p_target``
+    draws (``Batch.queried``)."""
+    copies = torch.arange(2 * len(values), device=values.device) >= len(values)
+    return Batch(
+        torch.cat([values, values]),
+        torch.cat([missing, missing]),
+        torch.cat([batch.labelled, batch.labelled]),
+        copies,
+        None if batch.weights is None else torch.cat([batch.weights, batch.weights]),
+        ~copies if queried else None,
+    )
+
+
+class _AroundRows:
+    """A batch source around a :class:`RowSampler` (``rows``): its random state is the row
+    sampler's, checkpointed with it."""
+
+    rows: RowSampler
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.rows.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.rows.load_state_dict(state)
+
+
+class DuplicateLookup(_AroundRows):
     """The NPT paper's semi-synthetic lookup task (section 4.2, spec-npt 6.4) around a row
     sampler: each step's rows (targets hidden and scored), then a copy of them shown whole
-    (``Batch.revealed``), from which the hidden targets can be copied. With ``shuffle`` the target
-    cells are first permuted across the step's rows, so that copying is the only way to predict
-    them. Its random state is the row sampler's generator, checkpointed with it."""
+    (:func:`with_copies`), from which the hidden targets can be copied. With ``shuffle`` the
+    target cells are first permuted across the step's rows, so that copying is the only way to
+    predict them. Its random state is the row sampler's generator, checkpointed with it."""
 
     def __init__(self, rows: RowSampler, target_j: Sequence[int], shuffle: bool) -> None:
         self.rows, self.target_j, self.shuffle = rows, list(target_j), shuffle
@@ -122,20 +151,7 @@ class DuplicateLookup:
         if self.shuffle:
             perm = torch.as_tensor(self.rows.rng.permutation(len(values)), device=values.device)
             values, missing = permute_targets(values, missing, self.target_j, perm)
-        revealed = torch.arange(2 * len(values), device=values.device) >= len(values)
-        return Batch(
-            torch.cat([values, values]),
-            torch.cat([missing, missing]),
-            torch.cat([batch.labelled, batch.labelled]),
-            revealed,
-            None if batch.weights is None else torch.cat([batch.weights, batch.weights]),
-        )
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.rows.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.rows.load_state_dict(state)
+        return with_copies(batch, values, missing)
 
 
 # the most rows of a lookup step of LookupSteps (and as many copies): the lookup is learnt as well
@@ -154,7 +170,7 @@ def same_features(
     return (a[rows][:, None] == a[None]).all(-1) & (b[rows][:, None] == b[None]).all(-1)
 
 
-class LookupSteps:
+class LookupSteps(_AroundRows):
     """The NPT paper's lookup task (section 4.2, spec-npt 6.4) as every ``every``-th step of
     masked reconstruction, around a row sampler: up to :data:`LOOKUP_ROWS` labelled rows of the
     step, their target cells shuffled across them (rows with the same features share one label),
@@ -185,26 +201,17 @@ class LookupSteps:
         pick = torch.as_tensor(
             np.sort(rng.choice(labelled, size=min(LOOKUP_ROWS, len(labelled)), replace=False)), device=device
         )
-        values, missing = batch.values[pick], batch.missing[pick]
+        weights = None if batch.weights is None else batch.weights[pick]
+        sample = Batch(batch.values[pick], batch.missing[pick], batch.labelled[pick], weights=weights)
         perm = torch.as_tensor(rng.permutation(len(pick)), device=device)
         # rows with the same features take the label drawn for the first of them
-        first = same_features(values, missing, torch.arange(len(pick), device=device), self.target_j)
-        perm = perm[first.int().argmax(0)]
-        values, missing = permute_targets(values, missing, self.target_j, perm)
-        n = len(pick)
-        half = torch.arange(2 * n, device=device) < n
-        weights = None if batch.weights is None else torch.cat([batch.weights[pick], batch.weights[pick]])
-        ones = torch.ones(2 * n, dtype=torch.bool, device=device)
-        return Batch(torch.cat([values, values]), torch.cat([missing, missing]), ones, ~half, weights, half)
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.rows.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.rows.load_state_dict(state)
+        everyone = torch.arange(len(pick), device=device)
+        perm = perm[same_features(sample.values, sample.missing, everyone, self.target_j).int().argmax(0)]
+        values, missing = permute_targets(sample.values, sample.missing, self.target_j, perm)
+        return with_copies(sample, values, missing, queried=True)
 
 
-class LookupPairs:
+class LookupPairs(_AroundRows):
     """Lookup pairs mixed into masked reconstruction, around a row sampler: in each step, a share
     of the step's rows is overwritten by copies ("twins") of other labelled rows of the step,
     shown whole (``Batch.revealed``: never masked nor scored); each pair (a source row and its
@@ -264,9 +271,3 @@ class LookupPairs:
             weights = batch.weights.clone()
             weights[slot] = batch.weights[src]
         return Batch(values, missing, labelled_rows, revealed, weights, queried)
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.rows.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.rows.load_state_dict(state)
