@@ -10,6 +10,7 @@ import torch
 from semiparam import ConfigError, NPTClassifier, NPTRegressor, SPINRegressor
 from semiparam.data.table import TableEncoder, infer_schema
 from semiparam.estimators._ensemble import member_seeds
+from semiparam.models.npt import NPTConfig
 from semiparam.nn.columns import ColumnEmbedding, ColumnLayout
 from semiparam.training.config import TrainConfig
 from semiparam.training.trainer import BestCheckpoint, Trainer
@@ -160,6 +161,30 @@ def test_periodic_embedding_separates_close_values_and_respects_the_mask():
     assert torch.equal(out[2], other[2])  # a hidden value does not reach the embedding
     linear = ColumnEmbedding(layout, 8, dropout=0.0)
     assert sum(p.numel() for p in emb.parameters()) > sum(p.numel() for p in linear.parameters())
+
+
+def test_piecewise_linear_embedding_is_continuous_bends_at_the_edges_and_respects_the_mask():
+    torch.manual_seed(0)
+    layout = ColumnLayout(("continuous",), (0,))
+    emb = ColumnEmbedding(layout, 8, dropout=0.0, n_bins=4)
+    edges = torch.cat([emb.bin_left, emb.bin_left[-1:] + emb.bin_width[-1:]])
+    # the inner edges are the standard normal's quartiles (the quantile map's training quartiles)
+    np.testing.assert_allclose(edges[1:-1].numpy(), [-0.6745, 0.0, 0.6745], atol=1e-4)
+    x = torch.linspace(-4.0, 4.0, 801).view(-1, 1)
+    part = emb._piecewise(x)[:, 0]  # (801, e)
+    assert torch.equal(part[0], part[50])  # flat below the first edge (-1.67) ...
+    assert torch.equal(part[-1], part[-51])  # ... and above the last
+    assert (part[1:] - part[:-1]).abs().max() < 0.05  # continuous: no jump between neighbours
+    slopes = (part[1:] - part[:-1]) / 0.01
+    # linear within a bin, a new direction in the next one
+    assert torch.allclose(slopes[360], slopes[380], atol=1e-4)  # both in (-0.67, 0)
+    assert not torch.allclose(slopes[380], slopes[420], atol=1e-3)  # (-0.67, 0) vs (0, 0.67)
+    hidden = torch.tensor([[False], [True]])
+    a = emb(torch.tensor([[0.3], [2.0]]), hidden)
+    b = emb(torch.tensor([[0.3], [-2.0]]), hidden)
+    assert torch.equal(a[1], b[1]) and torch.equal(a[0], b[0])  # a hidden value does not reach it
+    with pytest.raises(ConfigError, match="n_bins"):
+        NPTConfig(n_bins=-1).validate()
 
 
 def test_categorical_embedding_gradients_do_not_depend_on_thread_scheduling():

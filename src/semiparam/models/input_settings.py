@@ -58,6 +58,7 @@ class InputSettings(FrozenConfig):
         dropout: float,
         n_frequencies: int,
         frequency_scale: float,
+        n_bins: int = 0,
     ) -> nn.Module:
         """``(values, hidden) (n, d) -> (n, n_tokens, e)`` for a model of this configuration."""
         geometry = self.image_geometry()
@@ -68,6 +69,7 @@ class InputSettings(FrozenConfig):
                 dropout=dropout,
                 n_frequencies=n_frequencies,
                 frequency_scale=frequency_scale,
+                n_bins=n_bins,
             )
         return PatchEmbedding(layout, geometry, d_embedding, encoder=self.image_encoder, dropout=dropout)
 

@@ -58,10 +58,14 @@ class NPTConfig(AttentionSettings, InputSettings):
     # nn.columns.ColumnEmbedding): number of learned frequencies per column and their init scale
     n_frequencies: int = 0
     frequency_scale: float = 1.0
+    # piecewise-linear numeric encoding (nn.columns.ColumnEmbedding): bins per column (0 = none)
+    n_bins: int = 0
 
     def validate(self) -> None:
         if self.n_frequencies < 0 or not self.frequency_scale > 0:
             raise ConfigError("n_frequencies must be >= 0 and frequency_scale > 0")
+        if self.n_bins < 0:
+            raise ConfigError(f"n_bins must be >= 0, got {self.n_bins}")
         if self.ff_multiplier < 1:
             raise ConfigError(f"ff_multiplier must be >= 1, got {self.ff_multiplier}")
         self.validate_widths(self.d_embedding, self.n_heads)
@@ -204,6 +208,7 @@ class NPT(nn.Module):
             dropout=config.dropout,
             n_frequencies=config.n_frequencies,
             frequency_scale=config.frequency_scale,
+            n_bins=config.n_bins,
         )
         self.embedding_norm = nn.LayerNorm(e, eps=1e-12) if config.embedding_layer_norm else None
         blocks: list[nn.Module] = []

@@ -76,6 +76,8 @@ class SPINConfig(AttentionSettings, InputSettings):
     gaussian_head: bool = False  # NOTE[DIFF]: a mean + scale head for continuous columns (not in paper)
     n_frequencies: int = 0  # periodic numeric embedding, as NPTConfig (0 = the paper's linear one)
     frequency_scale: float = 1.0
+    # piecewise-linear numeric encoding (nn.columns.ColumnEmbedding): bins per column (0 = none)
+    n_bins: int = 0
     # "encoded": predict from Encoder(training rows) (the paper, section 3.1); "learned": from the
     # learned initial H_D, which is what the reference code does by default (spec 2.3 (a)).
     inference_latents: Literal["encoded", "learned"] = "encoded"
@@ -94,6 +96,8 @@ class SPINConfig(AttentionSettings, InputSettings):
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.n_frequencies < 0 or not self.frequency_scale > 0:
             raise ConfigError("n_frequencies must be >= 0 and frequency_scale > 0")
+        if self.n_bins < 0:
+            raise ConfigError(f"n_bins must be >= 0, got {self.n_bins}")
         self.validate_widths(self.d_embedding, self.n_heads)
         if self.ff_multiplier < 1:
             raise ConfigError(f"ff_multiplier must be >= 1, got {self.ff_multiplier}")
@@ -234,6 +238,7 @@ class SPIN(nn.Module):
             dropout=config.dropout,
             n_frequencies=config.n_frequencies,
             frequency_scale=config.frequency_scale,
+            n_bins=config.n_bins,
         )
         self.embedding_norm = nn.LayerNorm(e, eps=1e-12) if config.embedding_layer_norm else None
         # H_A^0: Linear(d -> f) along the attribute axis, shared over channels and rows (spec 9.4)

@@ -68,6 +68,7 @@ class ColumnEmbedding(nn.Module):
         dropout: float = 0.1,
         n_frequencies: int = 0,
         frequency_scale: float = 1.0,
+        n_bins: int = 0,
     ) -> None:
         super().__init__()
         self.layout = layout
@@ -115,8 +116,31 @@ class ColumnEmbedding(nn.Module):
             bound = 1.0 / math.sqrt(2 * k)
             self.periodic_weight = nn.Parameter(_uniform((len(cont), 2 * k, d_embedding), bound))
             self.periodic_bias = nn.Parameter(_uniform((len(cont), d_embedding), bound))
+        # NOTE[DIFF]: optional piecewise-linear encoding of continuous values (Gorishniy et al.
+        # 2022, "PLE"): n_bins bins between fixed edges at the standard normal's quantiles (the
+        # quantile feature map makes them the training rows' quantiles), each bin's share of x
+        # clamped to [0, 1], a linear map of its own per column, added to the embedding. It
+        # gives a value's embedding a different direction below and above each edge, as a tree
+        # splits.
+        self.n_bins = n_bins
+        if n_bins and cont:
+            # n_bins - 1 inner edges at the normal's quantiles, the outer two one unit beyond
+            probs = torch.linspace(0.0, 1.0, n_bins + 1, dtype=torch.float64)[1:-1]
+            inner = torch.distributions.Normal(0.0, 1.0).icdf(probs) if n_bins > 1 else torch.zeros(1)
+            edges = torch.cat([inner[:1] - 1.0, inner, inner[-1:] + 1.0])
+            if n_bins == 1:  # one bin: [-1, 1]
+                edges = torch.tensor([-1.0, 1.0], dtype=torch.float64)
+            self.register_buffer("bin_left", edges[:-1].float(), persistent=False)
+            self.register_buffer("bin_width", (edges[1:] - edges[:-1]).float(), persistent=False)
+            bound = 1.0 / math.sqrt(n_bins)
+            self.bin_weight = nn.Parameter(_uniform((len(cont), n_bins, d_embedding), bound))
         self.dropout = Dropout(dropout)
         self.d_embedding = d_embedding
+
+    def _piecewise(self, x: Tensor) -> Tensor:
+        """``(n, n_cont) -> (n, n_cont, e)``: the piecewise-linear part of the continuous embedding."""
+        share = ((x.unsqueeze(-1) - self.bin_left) / self.bin_width).clamp(0.0, 1.0)  # (n, n_cont, T)
+        return torch.einsum("nct,cte->nce", share, self.bin_weight)
 
     def _periodic(self, x: Tensor) -> Tensor:
         """``(n, n_cont) -> (n, n_cont, e)``: the periodic part of the continuous embedding."""
@@ -137,6 +161,8 @@ class ColumnEmbedding(nn.Module):
             cont = x.unsqueeze(-1) * self.cont_value + mc * self.cont_mask + self.cont_bias
             if self.n_frequencies:
                 cont = cont + self._periodic(x) * (1.0 - mc)
+            if self.n_bins:
+                cont = cont + self._piecewise(x) * (1.0 - mc)
             parts.append(cont)  # (n, n_cont, e)
         if self.cat_idx.numel():
             mk = hidden[:, self.cat_idx]
