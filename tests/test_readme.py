@@ -28,10 +28,8 @@ SKIPPED = ("impute-vcf", "demo")  # VCF inputs (tests/test_genomics_*), and the 
 def few_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     configs = TableEstimatorMixin._configs
 
-    def capped(
-        self: TableEstimatorMixin, model_name: str | None = None, variant: dict | None = None
-    ) -> tuple:
-        model_config, train_config = configs(self, model_name, variant)
+    def capped(self: TableEstimatorMixin, model_name: str | None = None) -> tuple:
+        model_config, train_config = configs(self, model_name)
         return model_config, train_config.replace(max_steps=min(train_config.max_steps, STEPS), min_steps=0)
 
     monkeypatch.setattr(TableEstimatorMixin, "_configs", capped)

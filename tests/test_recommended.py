@@ -52,27 +52,6 @@ def test_auto_is_the_default_and_trains_both_families(auto_classifier):
     assert all(m.encoder is learner.encoder for m in learner.members)
 
 
-def test_auto_members_alternate_the_portfolio_s_numeric_encodings(auto_classifier):
-    members = auto_classifier.learner_.members
-    assert [(m.model_name, m.model_config.n_bins) for m in members] == [
-        ("npt", 0),
-        ("npt", 16),
-        ("spin", 0),
-        ("spin", 16),
-    ]
-    assert all(m.model_config.d_embedding == 8 for m in members)  # model_options apply to each
-    # three NPT members: the variants in turn
-    learner = TableClassifier(n_estimators=3, **FAST)._new_learner()
-    assert [m.model_config.n_bins for m in learner.members if m.model_name == "npt"] == [0, 0, 16]
-    # an option that sets what the variants differ in makes them one family again
-    same = {**OPTIONS, "npt": {**OPTIONS["npt"], "n_bins": 8}}
-    learner = TableClassifier(**{**FAST, "model_options": same})._new_learner()
-    assert [m.model_config.n_bins for m in learner.members if m.model_name == "npt"] == [8, 8]
-    # single-family estimators keep their preset's one configuration
-    single = NPTClassifier(**{**FAST, "model_options": TINY})._new_learner()
-    assert {m.model_config.n_bins for m in single.members} == {0}
-
-
 def test_auto_prediction_is_the_mean_of_every_member(auto_classifier, frame):
     X, _, _ = frame
     queries = X.iloc[70:]

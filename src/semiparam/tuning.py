@@ -59,6 +59,7 @@ _COMMON_SPACE: dict[str, tuple[str, Any]] = {
     "model.dropout": ("float", (0.0, 0.3)),
     "model.n_frequencies": ("categorical", (0, 16)),
     "model.frequency_scale": ("log_float", (0.1, 3.0)),
+    "model.n_bins": ("categorical", (0, 16)),
     "train.learning_rate": ("log_float", (2e-3, 3e-2)),
     "train.p_feature": ("float", (0.0, 0.3)),
     "train.patience": ("categorical", (4, 8, 16)),

@@ -437,11 +437,11 @@ class EnsembleLearner:
 
     def _fit_together(self, enc: EncodedTable, enc_u: EncodedTable | None) -> None:
         assert self.encoder is not None
-        # one stack per architecture (a family's members of one model config), one after the
+        # one stack per model family (a stack is one architecture), the families one after the
         # other, each with its share of a time budget
-        families: dict[tuple[str, str], list[TableLearner]] = {}
+        families: dict[str, list[TableLearner]] = {}
         for member in self.members:
-            families.setdefault((member.model_name, repr(member.model_config)), []).append(member)
+            families.setdefault(member.model_name, []).append(member)
         budget = self.train_config.time_budget
         for group in families.values():
             config = group[0].train_config

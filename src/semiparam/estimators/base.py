@@ -8,7 +8,6 @@ and fitted state as safetensors + JSON (no pickle).
 from __future__ import annotations
 
 import copy
-import dataclasses
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -63,15 +62,6 @@ _AUTO_MEMBERS = {"cpu": {"npt": 2, "spin": 2}}
 # for the fourth member within the fit-speed budget; chosen on the development suite (the auto
 # rows of benchmarks/results/suite32/tabular_defaults.md against those of 2 + 2 members with it).
 _AUTO_TRAIN = {"cpu": {"anneal_fraction": 0.0}}
-# model="auto": per preset and family, the model configs its members take in turn (member k of a
-# family the (k mod len)-th; model_options still apply on top of each). NOTE[DIFF]: the papers
-# train one configuration. A portfolio of input encodings whose errors differ (as TabPFN's
-# ensemble varies its preprocessing): each family's members alternate the cpu preset's linear +
-# periodic numeric embedding with one that adds a piecewise-linear encoding (``n_bins``), which
-# gains on the tables where trees win (thresholds) and loses on smooth small regressions
-_AUTO_VARIANTS: dict[str, dict[str, list[dict[str, Any]]]] = {
-    "cpu": {"npt": [{}, {"n_bins": 16}], "spin": [{}, {"n_bins": 16}]},
-}
 
 
 def canonical_model_options(
@@ -120,16 +110,11 @@ class TableEstimatorMixin(BaseEstimator):
         option keys translated), validated. ``model_name``: one family of ``model="auto"``."""
         return self._configs(model_name)
 
-    def _configs(
-        self, model_name: str | None = None, variant: Mapping[str, Any] | None = None
-    ) -> tuple[Any, TrainConfig]:
-        """The model and training configs of ``model_name`` (default: this estimator's model);
-        ``variant``: model settings between the preset and ``model_options`` (a portfolio's)."""
+    def _configs(self, model_name: str | None = None) -> tuple[Any, TrainConfig]:
+        """The model and training configs of ``model_name`` (default: this estimator's model)."""
         model_name = model_name or self._model_name
         config_cls, _ = get_model(model_name)
         model_config = config_cls.preset(self.preset)
-        if variant:
-            model_config = config_cls.from_dict(dict(variant), base=model_config)
         options = self._model_options(model_name)
         if options:
             model_config = config_cls.from_dict(options, base=model_config)
@@ -227,20 +212,11 @@ class TableEstimatorMixin(BaseEstimator):
         if getattr(self, "init", "random") != "random":
             return self._pretrained_learner(model, n_members)
         names = AUTO_FAMILIES if model == AUTO else (model,)
-        families: list[Family] = []
+        families = []
         for name in names:
+            model_config, train_config = self._configs(name)
             n = default_members(model, self.preset, name) if n_members is None else int(n_members)
-            variants = _AUTO_VARIANTS.get(self.preset, {}).get(name, [{}]) if model == AUTO else [{}]
-            for i, variant in enumerate(variants):
-                count = n // len(variants) + (i < n % len(variants))
-                model_config, train_config = self._configs(name, variant)
-                key = (name, model_config)
-                same = [k for k, f in enumerate(families) if (f.model_name, f.model_config) == key]
-                if same:  # model_options made two variants one config: one family
-                    k = same[0]
-                    families[k] = dataclasses.replace(families[k], n_members=families[k].n_members + count)
-                elif count:
-                    families.append(Family(name, model_config, train_config, count))
+            families.append(Family(name, model_config, train_config, n))
         seed = check_random_state(self.random_state).randint(0, 2**31 - 1)
         first = families[0]
         return EnsembleLearner(

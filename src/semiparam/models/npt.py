@@ -58,7 +58,8 @@ class NPTConfig(AttentionSettings, InputSettings):
     # nn.columns.ColumnEmbedding): number of learned frequencies per column and their init scale
     n_frequencies: int = 0
     frequency_scale: float = 1.0
-    # piecewise-linear numeric encoding (nn.columns.ColumnEmbedding): bins per column (0 = none)
+    # piecewise-linear numeric encoding (nn.columns.ColumnEmbedding): bins per column (0 = none;
+    # no preset sets it, see docs/guide/tables.md)
     n_bins: int = 0
 
     def validate(self) -> None:

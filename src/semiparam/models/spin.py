@@ -76,7 +76,8 @@ class SPINConfig(AttentionSettings, InputSettings):
     gaussian_head: bool = False  # NOTE[DIFF]: a mean + scale head for continuous columns (not in paper)
     n_frequencies: int = 0  # periodic numeric embedding, as NPTConfig (0 = the paper's linear one)
     frequency_scale: float = 1.0
-    # piecewise-linear numeric encoding (nn.columns.ColumnEmbedding): bins per column (0 = none)
+    # piecewise-linear numeric encoding (nn.columns.ColumnEmbedding): bins per column (0 = none;
+    # no preset sets it, see docs/guide/tables.md)
     n_bins: int = 0
     # "encoded": predict from Encoder(training rows) (the paper, section 3.1); "learned": from the
     # learned initial H_D, which is what the reference code does by default (spec 2.3 (a)).

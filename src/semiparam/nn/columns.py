@@ -60,6 +60,15 @@ class ColumnOutputs:
 class ColumnEmbedding(nn.Module):
     """``(values, hidden) (n, d) -> (n, d, d_embedding)``."""
 
+    # buffers (register_buffer), typed for the checker
+    cont_idx: Tensor
+    cat_idx: Tensor
+    cat_offsets: Tensor
+    column_order: Tensor
+    col_type: Tensor
+    bin_left: Tensor
+    bin_width: Tensor
+
     def __init__(
         self,
         layout: ColumnLayout,
@@ -183,6 +192,8 @@ class ColumnEmbedding(nn.Module):
 
 class ColumnHeads(nn.Module):
     """``(n, d, d_embedding) -> ColumnOutputs``: one linear head per column (NPT appendix C.3.2)."""
+
+    cont_idx: Tensor  # a buffer (register_buffer), typed for the checker
 
     def __init__(
         self, layout: ColumnLayout, d_embedding: int, *, gaussian: bool = False, dropout: float = 0.1
