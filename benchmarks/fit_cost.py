@@ -6,8 +6,8 @@ quality it keeps), and a profile of where a step's time goes.
 
     python benchmarks/fit_cost.py                            # the 14 core tables, 1 split
     python benchmarks/fit_cost.py --models npt,spin,catboost,npt-in-turn,spin-in-turn
-    python benchmarks/fit_cost.py --models auto,catboost --profile-tables '' \
-        --out-dir benchmarks/results/fit_cost_auto
+    python benchmarks/fit_cost.py --models auto,catboost --tables all --profile-tables '' \
+        --out-dir benchmarks/results/fit_cost_auto                # the whole suite, 1 split
     python benchmarks/fit_cost.py --device cuda --models npt,spin --timeout 90 \
         --out-dir benchmarks/results/fit_cost_h100             # on a GPU (benchmarks/device_check.sh)
     python benchmarks/fit_cost.py --report-only
@@ -320,7 +320,7 @@ def report(records: list[dict[str, Any]]) -> tuple[list[str], dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--tables", default=",".join(ds.CORE_TABLES), help="default: the 14 core tables")
+    p.add_argument("--tables", default=",".join(ds.CORE_TABLES), help="default: the 14 core tables; all: 32")
     p.add_argument("--models", default=",".join(MODELS), help=f"of {', '.join(ALL_MODELS)}")
     p.add_argument("--splits", type=int, default=1)
     p.add_argument("--device", default="cpu", help="where NPT and SPIN train (CatBoost: the CPU)")
@@ -337,7 +337,8 @@ def main(argv: list[str] | None = None) -> None:
     run = partial(h.run_cell, "fit_cost:cell", timeout=a.timeout, threads=ds.N_THREADS)
     # the profiles first (short), then table by table, so that a run cut short still has whole rows
     cells = [("profile", t, m, 0) for t in a.profile_tables.split(",") if t for m in ds.FAMILIES]
-    cells += [("fit", t, m, s) for s in range(a.splits) for t in a.tables.split(",") if t for m in models]
+    tables = list(ds.TABLES) if a.tables == "all" else a.tables.split(",")
+    cells += [("fit", t, m, s) for s in range(a.splits) for t in tables if t for m in models]
     for kind, table, model, split in [] if a.report_only else cells:
         settings = {"kind": kind, "table": table, "model": model, "device": a.device}
         settings |= {"steps": a.profile_steps} if kind == "profile" else {"split": split}
