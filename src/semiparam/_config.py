@@ -222,10 +222,20 @@ class FrozenConfig(metaclass=_AliasedKeys):
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    # fields added after fits were first checkpointed: they enter a checkpoint's fingerprint only
+    # when set away from their defaults, so the checkpoints made before them still resume
+    LATER_FIELDS: typing.ClassVar[tuple[str, ...]] = ()
+
     def fingerprint_dict(self) -> dict[str, Any]:
         """:meth:`to_dict` with renamed keys spelt as before their rename (:func:`legacy_keys`),
-        for checkpoint fingerprints: a rename must not orphan the checkpoints made before it."""
-        return legacy_keys(type(self), self.to_dict())
+        for checkpoint fingerprints: a rename must not orphan the checkpoints made before it; the
+        ``LATER_FIELDS`` left at their defaults are left out."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        return {
+            k: v
+            for k, v in legacy_keys(type(self), self.to_dict()).items()
+            if k not in self.LATER_FIELDS or v != defaults[k]
+        }
 
     if not TYPE_CHECKING:  # type checkers keep flagging unknown attributes
 

@@ -62,6 +62,8 @@ class NPTConfig(AttentionSettings, InputSettings):
     # no preset sets it, see docs/guide/tables.md)
     n_bins: int = 0
 
+    LATER_FIELDS = ("n_bins",)  # added after fits were first checkpointed (FrozenConfig)
+
     def validate(self) -> None:
         if self.n_frequencies < 0 or not self.frequency_scale > 0:
             raise ConfigError("n_frequencies must be >= 0 and frequency_scale > 0")

@@ -91,6 +91,8 @@ class SPINConfig(AttentionSettings, InputSettings):
     # than by the predictor's one feed-forward layer; cost O(b * d^2 * e), independent of n.
     predictor_aba: int = 0
 
+    LATER_FIELDS = ("n_bins",)  # added after fits were first checkpointed (FrozenConfig)
+
     def validate(self) -> None:
         for name in ("d_embedding", "n_inducing", "n_latent_attributes", "n_blocks", "n_heads"):
             if getattr(self, name) < 1:

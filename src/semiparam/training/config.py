@@ -395,22 +395,16 @@ class TrainConfig(  # a dataclass puts its last base's fields first: schedule, o
         "lookahead_alpha",
     )
     NEURAL_PROCESS_ONLY = (*NeuralProcessSettings.field_names(), "lr_drops", "drop_factor")
-    # fields added after table fits were first checkpointed: they enter a fit's checkpoint
-    # fingerprint only when set away from their defaults, so those checkpoints still resume
+    # fields added after table fits were first checkpointed (FrozenConfig.fingerprint_dict)
     LATER_FIELDS = (*NEURAL_PROCESS_ONLY, "lookup_every")
     # fields that act only after training (on the fitted model): a checkpoint resumes whatever
     # they are, so they never enter its fingerprint
     AFTER_TRAINING = ("min_temperature",)
 
     def fingerprint_dict(self) -> dict[str, Any]:
-        """The base's (renamed keys spelt as before) less the ``LATER_FIELDS`` left at their
-        defaults and the ``AFTER_TRAINING`` fields."""
-        defaults = _defaults(type(self))
-        return {
-            k: v
-            for k, v in super().fingerprint_dict().items()
-            if k not in self.AFTER_TRAINING and (k not in self.LATER_FIELDS or v != defaults[k])
-        }
+        """The base's (renamed keys spelt as before, ``LATER_FIELDS`` at their defaults left out)
+        less the ``AFTER_TRAINING`` fields."""
+        return {k: v for k, v in super().fingerprint_dict().items() if k not in self.AFTER_TRAINING}
 
     def check_for(self, kind: ModelKind) -> None:
         """Raise :class:`ConfigError` when a setting that does nothing for ``kind`` of model
