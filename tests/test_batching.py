@@ -1,9 +1,11 @@
 """Minibatching, validation split and checkpointing pieces of the training loop."""
 
 import numpy as np
+import pandas as pd
+import pytest
 import torch
 
-from semiparam import NPTClassifier
+from semiparam import ConfigError, NPTClassifier, NPTRegressor
 from semiparam.estimators._sampling import split_validation, stratified_order
 from semiparam.training.config import TrainConfig
 from semiparam.training.trainer import BestCheckpoint
@@ -188,12 +190,6 @@ def test_lookup_steps_are_every_nth_step_of_shuffled_labels_beside_copies_shown_
 
 
 def test_lookup_every_trains_an_npt_and_refuses_one():
-    import pandas as pd
-    import pytest
-
-    from semiparam import NPTRegressor
-    from semiparam.training.config import ConfigError, TrainConfig
-
     rng = np.random.default_rng(0)
     X = pd.DataFrame(rng.normal(size=(80, 3)), columns=["a", "b", "c"])
     y = X["a"] - X["b"]

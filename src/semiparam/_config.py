@@ -226,11 +226,16 @@ class FrozenConfig(metaclass=_AliasedKeys):
     # when set away from their defaults, so the checkpoints made before them still resume
     LATER_FIELDS: typing.ClassVar[tuple[str, ...]] = ()
 
+    @classmethod
+    def field_defaults(cls) -> dict[str, Any]:
+        """Each field's default value."""
+        return {f.name: f.default for f in dataclasses.fields(cls)}
+
     def fingerprint_dict(self) -> dict[str, Any]:
         """:meth:`to_dict` with renamed keys spelt as before their rename (:func:`legacy_keys`),
         for checkpoint fingerprints: a rename must not orphan the checkpoints made before it; the
         ``LATER_FIELDS`` left at their defaults are left out."""
-        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        defaults = self.field_defaults()
         return {
             k: v
             for k, v in legacy_keys(type(self), self.to_dict()).items()

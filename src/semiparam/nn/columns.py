@@ -134,11 +134,11 @@ class ColumnEmbedding(nn.Module):
         self.n_bins = n_bins
         if n_bins and cont:
             # n_bins - 1 inner edges at the normal's quantiles, the outer two one unit beyond
+            # (one bin: [-1, 1])
             probs = torch.linspace(0.0, 1.0, n_bins + 1, dtype=torch.float64)[1:-1]
-            inner = torch.distributions.Normal(0.0, 1.0).icdf(probs) if n_bins > 1 else torch.zeros(1)
-            edges = torch.cat([inner[:1] - 1.0, inner, inner[-1:] + 1.0])
-            if n_bins == 1:  # one bin: [-1, 1]
-                edges = torch.tensor([-1.0, 1.0], dtype=torch.float64)
+            inner = torch.distributions.Normal(0.0, 1.0).icdf(probs)
+            outer = (inner[:1] - 1.0, inner[-1:] + 1.0) if n_bins > 1 else (-torch.ones(1), torch.ones(1))
+            edges = torch.cat([outer[0], inner, outer[1]]).double()
             self.register_buffer("bin_left", edges[:-1].float(), persistent=False)
             self.register_buffer("bin_width", (edges[1:] - edges[:-1]).float(), persistent=False)
             bound = 1.0 / math.sqrt(n_bins)

@@ -18,7 +18,6 @@ for the other kind. Keys renamed in the merge (the neural processes' ``clip_norm
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -411,7 +410,7 @@ class TrainConfig(  # a dataclass puts its last base's fields first: schedule, o
         ("table" or "neural_process") is set away from its default: a user who sets it expects
         an effect there is none of."""
         ignored = self.NEURAL_PROCESS_ONLY if kind == "table" else self.TABLE_ONLY
-        defaults = _defaults(type(self))
+        defaults = self.field_defaults()
         moved = [f"{n}={getattr(self, n)!r}" for n in ignored if getattr(self, n) != defaults[n]]
         if moved:
             what = "a table model" if kind == "table" else "a neural process"
@@ -610,7 +609,3 @@ class TrainConfig(  # a dataclass puts its last base's fields first: schedule, o
                 f"unknown training preset {name!r} for model {model!r}; choose from {sorted(presets)}"
             )
         return presets[name]()
-
-
-def _defaults(cls: type[FrozenConfig]) -> dict[str, Any]:
-    return {f.name: f.default for f in dataclasses.fields(cls)}
