@@ -36,11 +36,19 @@ SEEDS = (0, 1, 2)
 LONG = {"patience": None, "lr_schedule": "flat_cosine"}  # the paper's schedule, no early stop
 DOT = {"row_similarity": "dot"}  # the paper's row attention (the cpu preset: cosine)
 LOOKUP_TASK = {"training_task": "duplicate_lookup", "batch_size": 64, "full_batch_rows": 0, **LONG}
-# name -> (family, estimator keyword arguments beyond n_estimators=1 and random_state=seed, what it is)
+# name -> (family, estimator keyword arguments beyond random_state=seed and n_estimators=1 (unless
+# given), what it is)
 # fmt: off
 SETTINGS: dict[str, tuple[str, dict[str, Any], str]] = {
     "npt_default": ("npt", {}, "NPTRegressor at its defaults (one member)"),
     "spin_default": ("spin", {}, "SPINRegressor at its defaults (one member)"),
+    "npt_default_ensemble": ("npt", {"n_estimators": None},
+        "NPTRegressor at its defaults, its members too (the default ensemble, predictions averaged)"),
+    "spin_default_ensemble": ("spin", {"n_estimators": None},
+        "SPINRegressor at its defaults, its members too (the default ensemble, predictions averaged)"),
+    "npt_no_twin_noise": ("npt", {"train_options": {"twin_noise": 0.0}},
+        "NPT at its defaults (one member) but for its twins' labels, kept as they are in every step "
+        "(TrainConfig.twin_noise=0, the papers' training)"),
     "npt_pretrained": ("npt", {"init": "pretrained"},
         "the prior-fitted NPT, zero-shot (NPTRegressor(init='pretrained') at its default views; "
         "nothing trained)"),
@@ -93,7 +101,8 @@ def cell(setting: str, seed: int, options: dict[str, Any], weights: str | None =
     family = SETTINGS[setting][0]
     X, y, y_new, queries = task(seed)
     cls = {"npt": NPTRegressor, "spin": SPINRegressor}[family]
-    n_estimators = None if options.get("init") == "pretrained" else 1
+    options = dict(options)  # n_estimators: one member unless the setting says (None: the default)
+    n_estimators = options.pop("n_estimators", None if options.get("init") == "pretrained" else 1)
     model = cls(n_estimators=n_estimators, random_state=seed, verbose=False, **options).fit(X, y)
     history = model.history_
     first = model.predict(queries)

@@ -200,3 +200,95 @@ def test_lookup_every_trains_an_npt_and_refuses_one():
     assert TrainConfig(lookup_every=0).lookup_every == 0
     with pytest.raises(ConfigError, match="lookup_every must be 0"):
         TrainConfig(lookup_every=1)
+
+
+def _twin_table() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """12 rows of 2 features and a target (column 2): rows 0-1, 2-3-4 and 5-6 are twins (6 also
+    differs from 5 in a missing cell, so only 0-1 and 2-3-4 are groups), row 11 is unlabelled."""
+    values = torch.tensor(
+        [[0, 0], [0, 0], [1, 1], [1, 1], [1, 1], [2, 0], [2, 0]] + [[3 + k, 0] for k in range(5)]
+    )
+    values = torch.cat([values.float(), torch.arange(12).float().view(12, 1)], 1)
+    missing = torch.zeros(12, 3, dtype=torch.bool)
+    missing[6, 1] = True
+    labelled = torch.ones(12, dtype=torch.bool)
+    labelled[11] = False
+    values[10] = values[11]  # an unlabelled row is nobody's twin
+    values[10, 2] = 10.0
+    return values, missing, labelled
+
+
+def test_twin_groups_are_labelled_rows_of_the_same_features():
+    from semiparam.estimators._sampling import twin_groups
+
+    values, missing, labelled = _twin_table()
+    groups = twin_groups(values, missing, labelled, [2])
+    assert groups is not None
+    assert (groups[[5, 6, 7, 8, 9, 10, 11]] == -1).all()  # a missing cell, the unlabelled row
+    assert groups[0] == groups[1] and groups[2] == groups[3] == groups[4] and groups[0] != groups[2]
+    assert twin_groups(values[5:10], missing[5:10], labelled[5:10], [2]) is None
+
+
+def test_twin_noise_moves_each_group_s_labels_together_and_no_other_row():
+    from semiparam.estimators._sampling import RowSampler, TwinNoise
+
+    values, missing, labelled = _twin_table()
+    rows = RowSampler(values, missing, labelled, 512, None, np.random.default_rng(0))
+    noise = TwinNoise(rows, [2], [0, 0, 0], 1.0)
+    for step in range(20):
+        shift = noise(step).values[:, 2] - values[:, 2]
+        assert (shift[5:] == 0).all()  # rows without a twin keep their labels
+        # one draw per group, added to each of its labels
+        same = torch.isclose(shift[[1, 3, 4]], shift[[0, 2, 2]]).all()
+        assert same and not torch.isclose(shift[0], shift[2])
+    batch = noise(0)
+    assert batch.twins is not None and torch.equal(batch.twins >= 0, torch.arange(12) < 5)
+    # no twin, no draw: the row sampler's generator is where it was, the batch is the sampler's
+    lone = RowSampler(values[5:], missing[5:], labelled[5:], 512, None, np.random.default_rng(0))
+    state = lone.rng.bit_generator.state
+    batch = TwinNoise(lone, [2], [0, 0, 0], 1.0)(0)
+    assert batch.twins is None and lone.rng.bit_generator.state == state
+    assert torch.equal(batch.values, values[5:])
+    # a categorical target is left alone (and draws nothing)
+    rows = RowSampler(values, missing, labelled, 512, None, np.random.default_rng(0))
+    state = rows.rng.bit_generator.state
+    batch = TwinNoise(rows, [2], [0, 0, 12], 1.0)(0)
+    assert batch.twins is None and torch.equal(batch.values, values) and rows.rng.bit_generator.state == state
+
+
+def test_masks_never_hide_the_labels_of_a_whole_group_of_twins():
+    from semiparam.training.masking import MaskingPolicy, mask_for_training
+
+    values, missing, labelled = _twin_table()
+    groups = torch.tensor([0, 0, 1, 1, 1] + [-1] * 7)
+    target = torch.tensor([False, False, True])
+    policy = MaskingPolicy(p_feature=0.0, p_target=0.999, randomize_fraction=0.0)
+    gen = torch.Generator().manual_seed(0)
+    cards = torch.zeros(3, dtype=torch.long)
+    masked = mask_for_training(
+        values, missing, target_columns=target, labelled_rows=labelled, cardinalities=cards,
+        policy=policy, generator=gen, twin_groups=groups,
+    )  # fmt: skip
+    scored = masked.score_target[:, 2]
+    # every labelled row drawn: one row of each group stays shown (its first), the others scored
+    assert scored.tolist() == [False, True, False, True, True] + [True] * 6 + [False]
+    assert not masked.hidden[0, 2] and not masked.hidden[2, 2] and masked.hidden[1, 2]
+    # a group with a single row in the step (a row shard) is no group: its row is drawn as any
+    alone = torch.tensor([0, 1, 1, 1, 1] + [-1] * 7)
+    masked = mask_for_training(
+        values, missing, target_columns=target, labelled_rows=labelled, cardinalities=cards,
+        policy=policy, generator=torch.Generator().manual_seed(0), twin_groups=alone,
+    )  # fmt: skip
+    assert bool(masked.score_target[0, 2]) and not bool(masked.score_target[1, 2])
+
+
+def test_twin_noise_is_validated_and_leaves_a_table_without_twins_as_it_was():
+    with pytest.raises(ConfigError, match="twin_noise"):
+        TrainConfig(twin_noise=1.5)
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame(rng.normal(size=(80, 3)), columns=list("abc"))
+    y = X["a"] * 2 + rng.normal(size=80) * 0.1
+    kwargs = dict(n_estimators=1, max_steps=60, random_state=0, verbose=False, model_options=TINY_MODEL)
+    plain = NPTRegressor(**kwargs, train_options={"twin_noise": 0.0}).fit(X, y).predict(X)
+    noisy = NPTRegressor(**kwargs, train_options={"twin_noise": 1.0}).fit(X, y).predict(X)
+    np.testing.assert_array_equal(plain, noisy)

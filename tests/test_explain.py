@@ -41,18 +41,24 @@ def test_mask_attribution_finds_the_two_features_the_target_uses():
     assert importances.attrs["metric"] == "rmse" and importances["importance"].iloc[0] > 0
 
 
-def test_default_npt_attention_finds_the_copy_of_a_query_among_its_context_rows():
-    """Issue 49, item 4, its attention half: 150 rows twice, each pair with a random label
-    unrelated to the features, the queries copies of the rows. The default NPT's (cosine) row
-    attention ranks one of the query's copies first for at least 90% of the queries
-    (``benchmarks/context_use.py`` over three seeds, and the paper's dot product beside it)."""
+def test_default_npt_reads_its_context_the_copy_of_a_query_and_its_label():
+    """Issue 49, item 4: 150 rows twice, each pair with a random label unrelated to the
+    features, the queries copies of the rows. The default NPTRegressor (its members too) predicts
+    the labels of the context it is given: after ``set_context`` with new random labels for the
+    same rows its predictions follow the new labels (correlation >= 0.8), not the old, and its
+    (cosine) row attention ranks one of the query's copies first for at least 90% of the queries
+    (``benchmarks/context_use.py`` over three seeds, one member and the default ensemble)."""
     rng = np.random.default_rng(1)
     X = pd.DataFrame(rng.normal(size=(150, 5)), columns=[f"x{i}" for i in range(5)])
-    twice, y = pd.concat([X, X], ignore_index=True), np.tile(rng.normal(size=150), 2)
-    reg = NPTRegressor(n_estimators=1, random_state=1, verbose=False).fit(twice, y)
+    twice, y, y_new = pd.concat([X, X], ignore_index=True), rng.normal(size=150), rng.normal(size=150)
+    reg = NPTRegressor(random_state=1, verbose=False).fit(twice, np.tile(y, 2))
     ranked = reg.explain_rows(X, top_k=1)
     first = ranked[ranked["rank"] == 1].sort_values("row")["context_row"].to_numpy()
     assert np.mean(first % 150 == np.arange(150)) >= 0.9
+    assert np.corrcoef(reg.predict(X), y)[0, 1] >= 0.8
+    reg.set_context(twice, np.tile(y_new, 2))
+    moved = reg.predict(X)
+    assert np.corrcoef(moved, y_new)[0, 1] >= 0.8 > 2 * np.corrcoef(moved, y)[0, 1]
 
 
 # -- each method on tiny tables --------------------------------------------------------------------

@@ -51,10 +51,13 @@ from ..training.seeding import seeded_build
 from ..training.trainer import Batch, BestCheckpoint, CostWarning, ProgressBar, Trainer, TrainHistory
 from ._context import PredictionContext
 from ._sampling import (
+    BatchSource,
     DuplicateLookup,
     LookupPairs,
     LookupSteps,
     RowSampler,
+    RowSource,
+    TwinNoise,
     permute_targets,
     split_validation,
     stratified_order,
@@ -66,7 +69,7 @@ from .model_dir import SavedModel, module_tensors, read_model_dir, save_model_di
 class TrainingSetup:
     """What one learner's training reads (:meth:`TableLearner.training_setup`)."""
 
-    sampler: RowSampler | DuplicateLookup | LookupPairs | LookupSteps
+    sampler: BatchSource
     generator: torch.Generator  # masking draws
     callbacks: list[Any]
     evaluate: Callable[[], float] | None = None
@@ -347,14 +350,19 @@ class TableLearner:
             None if weights is None else torch.as_tensor(weights, device=self.device),
             cfg.full_batch_rows,
         )
-        sampler: RowSampler | DuplicateLookup | LookupPairs | LookupSteps = rows
+        sampler: BatchSource = rows
         lookup = cfg.training_task == "duplicate_lookup"
         if lookup:
             sampler = DuplicateLookup(rows, schema.target_indices, cfg.lookup_shuffle_targets)
-        elif cfg.lookup_pairs > 0 and has_targets:
-            sampler = LookupPairs(rows, schema.target_indices, cfg.lookup_pairs)
-        elif cfg.lookup_every > 0 and has_targets:
-            sampler = LookupSteps(rows, schema.target_indices, cfg.lookup_every)
+        else:
+            source: RowSource = rows
+            if cfg.twin_noise > 0 and cfg.p_target < 1 and has_targets:
+                cards = schema.layout().cardinalities
+                source = sampler = TwinNoise(rows, schema.target_indices, cards, cfg.twin_noise)
+            if cfg.lookup_pairs > 0 and has_targets:
+                sampler = LookupPairs(source, schema.target_indices, cfg.lookup_pairs)
+            elif cfg.lookup_every > 0 and has_targets:
+                sampler = LookupSteps(source, schema.target_indices, cfg.lookup_every)
         bar = " ".join(filter(None, [self.model_name, self.label, f"on {self.device}"]))
         setup = TrainingSetup(
             sampler=sampler,

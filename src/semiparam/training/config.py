@@ -205,10 +205,19 @@ class MaskingSettings(FrozenConfig):
     # score on small smooth tables (TrainConfig.cpu's docstring); learning the lookup can take a
     # hundred steps of a flat validation loss, so give it min_steps=150 too
     lookup_every: int = 0
+    # NOTE[DIFF] (not in the papers; issue 49, item 4): rows of a step with the same features
+    # ("twins": a table's duplicate rows) share a fresh shift of their continuous labels at each
+    # step (a normal draw of this standard deviation, in the target's standardised units), and a
+    # step never hides the labels of all of a group's twins: a hidden label is then best predicted
+    # from a twin's label in the context, which the weights cannot have memorised
+    # (estimators._sampling.TwinNoise). Validation and test labels are never shifted, nor are
+    # categorical targets. 0: the papers' training. A step without twins trains exactly as without
+    # it (no draw is made); with p_target = 1 no label is ever shown, so it does nothing
+    twin_noise: float = 0.0
 
     def validate(self) -> None:
         super().validate()
-        for name in ("tradeoff_start", "label_smoothing", "lookup_pairs"):
+        for name in ("tradeoff_start", "label_smoothing", "lookup_pairs", "twin_noise"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)}")
         _counts(self, "tradeoff_steps", optional=True)
@@ -395,7 +404,7 @@ class TrainConfig(  # a dataclass puts its last base's fields first: schedule, o
     )
     NEURAL_PROCESS_ONLY = (*NeuralProcessSettings.field_names(), "lr_drops", "drop_factor")
     # fields added after table fits were first checkpointed (FrozenConfig.fingerprint_dict)
-    LATER_FIELDS = (*NEURAL_PROCESS_ONLY, "lookup_every")
+    LATER_FIELDS = (*NEURAL_PROCESS_ONLY, "lookup_every", "twin_noise")
     # fields that act only after training (on the fitted model): a checkpoint resumes whatever
     # they are, so they never enter its fingerprint
     AFTER_TRAINING = ("min_temperature",)
@@ -461,12 +470,17 @@ class TrainConfig(  # a dataclass puts its last base's fields first: schedule, o
         a larger table trains, its validation loss reads a stratified sample of 1,024 of the
         training rows as context (``validation_context_rows``).
 
-        No lookup steps (``lookup_every``, issue 49 item 4): a fitted NPT memorises its training
-        labels in its weights and a changed context moves its predictions little
-        (``benchmarks/results/context_use``). The lookup task every fifth step makes its
-        predictions follow ``set_context``, but the copies it learns to read make it lean on its
-        nearest rows where no copy exists, and it cost the small regression tables much of their
-        score (``benchmarks/results/lookup_cost``)."""
+        Twins share their labels' noise (``twin_noise=0.5``, issue 49 item 4; NOTE[DIFF], see
+        the field): trained by masked reconstruction alone, a fitted NPT regressor memorised its
+        training labels in its weights and a changed context moved its predictions little; with
+        the labels of rows of the same features moved together at every step, the weights cannot
+        hold them and the model reads them from the twins in its context, so its predictions
+        follow ``set_context`` (``benchmarks/results/context_use``). A table without duplicate
+        rows, or with a categorical target, trains exactly as before; on the development suite's
+        regression tables with them, see ``benchmarks/results/twin_noise``. No lookup steps
+        (``lookup_every``): they too make the predictions follow ``set_context``, but the copies
+        they teach to read make a model lean on its nearest rows where no copy exists, and they
+        cost the small regression tables much of their score (``benchmarks/results/lookup_cost``)."""
         # NOTE[DIFF]: p_feature 0.05 (the paper's default: 0.15; spec-npt 2.3)
         return cls(
             learning_rate=1e-2,
@@ -503,6 +517,7 @@ class TrainConfig(  # a dataclass puts its last base's fields first: schedule, o
             # of such a fit, and the sample moved no checkpoint choice beyond the split-to-split
             # noise on the development suite's larger tables (benchmarks/results/fit_cost.md)
             validation_context_rows=1024,
+            twin_noise=0.5,
         )
 
     @classmethod
@@ -533,8 +548,11 @@ class TrainConfig(  # a dataclass puts its last base's fields first: schedule, o
         NOTE[DIFF]: feature masking 0.05, not the paper's 0.15 (spec-spin 3.1), as NPT's preset:
         chosen on the development suite's 32 tables x 3 splits (``benchmarks/tabular_defaults.py
         --models spin --set spin.train_options.p_feature=0.15`` beside the default), where the
-        lower rate won most of the paired splits, most of all on the regression tables."""
-        return cls.cpu().replace(tradeoff_start=0.5, anneal_fraction=0.3)
+        lower rate won most of the paired splits, most of all on the regression tables.
+
+        No twin noise (NPT's ``twin_noise``): SPIN's predictor reads its inducing points, not the
+        rows, so it cannot read a twin's label and the noise would be noise only."""
+        return cls.cpu().replace(tradeoff_start=0.5, anneal_fraction=0.3, twin_noise=0.0)
 
     @classmethod
     def spin_paper_small(cls) -> TrainConfig:

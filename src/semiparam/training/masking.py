@@ -90,12 +90,16 @@ def mask_for_training(
     generator: torch.Generator | None = None,
     revealed_rows: Tensor | None = None,
     queried_rows: Tensor | None = None,
+    twin_groups: Tensor | None = None,
 ) -> MaskedBatch:
     """Sample one training step's masks. ``values``/``missing`` (n, d); ``target_columns`` (d,) bool;
     ``labelled_rows`` (n,) bool: rows whose targets may be shown and scored; ``cardinalities`` (d,)
     long, 0 for continuous columns; ``revealed_rows`` (n,) bool: rows shown whole, never masked
     nor scored (the copies of the duplicate-lookup task, spec-npt 6.4); ``queried_rows`` (n,) bool:
-    rows whose targets are hidden and scored whatever ``p_target`` draws (lookup pairs' sources)."""
+    rows whose targets are hidden and scored whatever ``p_target`` draws (lookup pairs' sources);
+    ``twin_groups`` (n,) long: each row's group of rows with the same features, -1 for a row
+    without such a twin: where the draw hides a target of every row of a group, the first row's
+    stays shown (``TrainConfig.twin_noise``)."""
     n, d = values.shape
     values = values.clone()
     hidden = missing.clone()
@@ -117,6 +121,8 @@ def mask_for_training(
             pick = rows.expand(n, d)
         else:
             pick = torch.rand((n, d), generator=generator, device=values.device) < policy.p_target
+        if twin_groups is not None:
+            pick = _spare_a_twin(pick, twin_groups, scoreable_target & target_columns.view(1, d))
         if queried_rows is not None:
             pick = pick | queried_rows.view(n, 1)
         score_target = scoreable_target & pick
@@ -129,6 +135,26 @@ def mask_for_training(
         _corrupt(values, hidden, score_feature, cardinalities, policy.randomize_fraction, generator)
     values = values.masked_fill(hidden, 0.0)
     return MaskedBatch(values, hidden, score_target, score_feature)
+
+
+def _spare_a_twin(pick: Tensor, groups: Tensor, candidates: Tensor) -> Tensor:
+    """``pick`` (n, d) with, for each column and each group of ``groups`` (n,) with two or more
+    ``candidates`` (n, d) cells in it, all of them picked, the group's first such cell unpicked."""
+    n, d = pick.shape
+    rows = torch.arange(n, device=pick.device)
+    twin = groups >= 0
+    gid = groups.clamp(min=0)
+    n_groups = int(gid.max()) + 1 if n else 0
+    pick = pick.clone()  # may be an expanded view (chunk masking)
+    for j in torch.nonzero(candidates.any(0)).flatten().tolist():
+        cand = candidates[:, j] & twin
+        counts = torch.bincount(gid[cand], minlength=n_groups)
+        unpicked = torch.bincount(gid[cand & ~pick[:, j]], minlength=n_groups)
+        first = torch.full((n_groups,), n, device=pick.device).scatter_reduce(
+            0, gid[cand], rows[cand], "amin"
+        )
+        pick[first[(counts >= 2) & (unpicked == 0)], j] = False
+    return pick
 
 
 def mask_for_inference(values: Tensor, missing: Tensor, *, hide_columns: Tensor) -> tuple[Tensor, Tensor]:

@@ -45,7 +45,9 @@ class Batch:
     ``revealed`` (n,): rows shown whole and never scored (the duplicate-lookup task's copies);
     ``weights`` (n,): the rows' sample weights in the loss (None: every row 1); ``queried`` (n,):
     labelled rows whose targets are hidden and scored whatever ``p_target`` draws (the lookup
-    pairs' sources, whose label only their twin holds)."""
+    pairs' sources, whose label only their twin holds); ``twins`` (n,) long: each row's group of
+    rows with the same features, -1 for a row without such a twin (``TrainConfig.twin_noise``:
+    the masks then never hide the labels of a whole group)."""
 
     values: Tensor
     missing: Tensor
@@ -53,6 +55,7 @@ class Batch:
     revealed: Tensor | None = None
     weights: Tensor | None = None
     queried: Tensor | None = None
+    twins: Tensor | None = None
 
     def row_weights(self, rows: Tensor | slice = slice(None)) -> Tensor | None:
         """The sample weights of ``rows`` (None when the rows are unweighted)."""
@@ -78,6 +81,7 @@ def mask_batch(
         generator=generator,
         revealed_rows=None if batch.revealed is None else batch.revealed[rows],
         queried_rows=None if batch.queried is None else batch.queried[rows],
+        twin_groups=None if batch.twins is None else batch.twins[rows],
     )
 
 
