@@ -177,13 +177,19 @@ class DuplicateLookup(_AroundRows):
 LOOKUP_ROWS = 256
 
 
+def _feature_columns(values: torch.Tensor, target_j: Sequence[int]) -> torch.Tensor:
+    """``(d,)`` bool: the columns of ``values`` that are not targets."""
+    features = torch.ones(values.shape[1], dtype=torch.bool, device=values.device)
+    features[torch.as_tensor(list(target_j), dtype=torch.long, device=values.device)] = False
+    return features
+
+
 def same_features(
     values: torch.Tensor, missing: torch.Tensor, rows: torch.Tensor, target_j: Sequence[int]
 ) -> torch.Tensor:
     """``(len(rows), n)`` bool: whether row ``r`` has the features (values and missing cells, the
     targets aside) of row ``rows[k]``: a table's duplicate rows."""
-    features = torch.ones(values.shape[1], dtype=torch.bool, device=values.device)
-    features[torch.as_tensor(list(target_j), device=values.device)] = False
+    features = _feature_columns(values, target_j)
     a, b = values[:, features], missing[:, features]
     return (a[rows][:, None] == a[None]).all(-1) & (b[rows][:, None] == b[None]).all(-1)
 
@@ -194,8 +200,7 @@ def twin_groups(
     """``(n,)`` long: for each labelled row with a twin (another labelled row with the same
     features: values and missing cells, the targets aside), the number of its group; -1 for the
     other rows. None when no row has a twin."""
-    features = torch.ones(values.shape[1], dtype=torch.bool, device=values.device)
-    features[torch.as_tensor(list(target_j), dtype=torch.long, device=values.device)] = False
+    features = _feature_columns(values, target_j)
     key = torch.cat([values[:, features], missing[:, features].to(values.dtype)], 1)
     _, group = torch.unique(key, dim=0, return_inverse=True)
     twin = labelled & (torch.bincount(group[labelled], minlength=len(values))[group] > 1)
@@ -222,11 +227,20 @@ class TwinNoise(_AroundRows):
     targets are left alone. Its draws come from the row sampler's generator, checkpointed with it."""
 
     def __init__(
-        self, rows: RowSource, target_j: Sequence[int], cardinalities: Sequence[int], noise: float
+        self, rows: RowSampler, target_j: Sequence[int], cardinalities: Sequence[int], noise: float
     ) -> None:
-        self.rows, self.rng, self.noise = rows, rows.rng, float(noise)
+        self.rows, self.noise = rows, float(noise)
         self.target_j = list(target_j)
+        # the continuous targets to move; none when the table holds no twins, so that no step
+        # looks for them (a batch holds twins only where the table does)
         self.continuous = [j for j in self.target_j if int(cardinalities[j]) == 0]
+        if self.continuous and twin_groups(rows.values, rows.missing, rows.labelled, self.target_j) is None:
+            self.continuous = []
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """The row sampler's generator, which the wrappers around this one draw from too."""
+        return self.rows.rng
 
     def __call__(self, step: int) -> Batch:
         batch = self.rows(step)

@@ -140,7 +140,7 @@ def mask_for_training(
 def _spare_a_twin(pick: Tensor, groups: Tensor, candidates: Tensor) -> Tensor:
     """``pick`` (n, d) with, for each column and each group of ``groups`` (n,) with two or more
     ``candidates`` (n, d) cells in it, all of them picked, the group's first such cell unpicked."""
-    n, d = pick.shape
+    n = pick.shape[0]
     rows = torch.arange(n, device=pick.device)
     twin = groups >= 0
     gid = groups.clamp(min=0)
