@@ -12,6 +12,7 @@ early stopping, then a refit on all of them.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -331,19 +332,24 @@ def cell_settings(
 def compositions(model: Any) -> dict[str, Any]:
     """A fitted ``model="auto"`` estimator's sub-ensembles: for every count ``i`` of its NPT
     members and ``j`` of its SPIN members (the first ones of each), a view ``"i+j"`` that predicts
-    with those members only and shares their weights. Each member predicts once: the views read
-    its first prediction again (they are only asked about one set of rows)."""
+    with those members only and shares their weights (the members' ensemble weights, renormalised);
+    and ``"I+J mean"``, every member with the same weight (the plain average). Each member
+    predicts once: the views read its first prediction again (they are only asked about one set
+    of rows)."""
     members = model.learner_.members
     for member in members:
         member.predict_columns = _first_prediction(member.predict_columns)
     npt = [m for m in members if m.model_name == "npt"]
     spin = [m for m in members if m.model_name == "spin"]
-    return {
+    views = {
         f"{i}+{j}": model.with_members(npt[:i] + spin[:j])
         for i in range(len(npt) + 1)
         for j in range(len(spin) + 1)
         if i + j
     }
+    mean = views[f"{len(npt)}+{len(spin)} mean"] = model.with_members(members)
+    mean.learner_.weighted = False  # every member the same weight: no ensemble selection
+    return views
 
 
 def _first_prediction(predict: Callable[..., Any]) -> Callable[..., Any]:
@@ -401,6 +407,11 @@ def run_cell(
     if model_name == "auto":  # sub-ensembles of the same fit, scored alone (paired comparisons)
         parts = compositions(model).items()
         out["composition_metrics"] = {k: predict_and_score(p, task, X_te, y_te, n_classes) for k, p in parts}
+        weights: dict[str, float] = {}  # each family's weight from the ensemble selection
+        for member in model.learner_.members:
+            w = member.ensemble_weights.get(next(iter(member.held_out), ""), math.nan)
+            weights[member.model_name] = weights.get(member.model_name, 0.0) + w
+        out["family_weights"] = weights
     if hasattr(model, "tuning_"):
         out["tuning"] = model.tuning_
     gb = model if isinstance(model, GBDTModel) else getattr(model, "model_", None)

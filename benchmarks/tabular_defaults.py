@@ -259,7 +259,9 @@ def build_report(cells: Cells, table_info: Mapping[str, Mapping] | None = None, 
         names = sorted({m for (_, m, _) in parts}, key=lambda m: tuple(map(int, m.split()[1].split("+"))))
         title = "Sub-ensembles of auto: i NPT + j SPIN members of the same fits"
         intro = "`auto i+j`: the first i NPT and j SPIN members of each `auto` fit, predicting together "
-        intro += "without the others (their fit time is not measured here). "
+        intro += "without the others (their fit time is not measured here), their ensemble weights "
+        intro += "renormalised; `auto 2+2 mean`: every member of the fit with the same weight (no ensemble "
+        intro += "selection). "
         md += head_to_head_lines({**cells, **parts}, names, gbdt, title, intro)
 
     if classification := [t for t in tables if primary[t] == "log_loss"]:

@@ -120,14 +120,16 @@ def test_table_fingerprints_leave_out_the_neural_process_settings_at_their_defau
     }  # fmt: skip
     for config in (TrainConfig(), TrainConfig.cpu(), TrainConfig.spin_cpu()):
         left_out = later - ({"twin_noise"} if config.twin_noise else set())
-        assert set(config.to_dict()) - set(config.fingerprint_dict()) == left_out | {"min_temperature"}
+        after_training = {"min_temperature", "ensemble_selection"}
+        assert set(config.to_dict()) - set(config.fingerprint_dict()) == left_out | after_training
         assert "checkpoint_every_steps" in config.fingerprint_dict()
     # NPT's preset moves its twins' labels: its fits are not those of the checkpoints made before
     assert TrainConfig.cpu().fingerprint_dict()["twin_noise"] == 0.5
     assert TrainConfig(n_z_samples=2).fingerprint_dict()["n_z_samples"] == 2
     assert TrainConfig(lookup_every=5).fingerprint_dict()["lookup_every"] == 5
-    # calibration acts after training: a checkpoint resumes whatever its floor
+    # calibration and the ensemble's selection act after training: a checkpoint resumes whatever they are
     assert TrainConfig(min_temperature=0.7).fingerprint_dict() == TrainConfig().fingerprint_dict()
+    assert TrainConfig(ensemble_selection=5).fingerprint_dict() == TrainConfig().fingerprint_dict()
 
 
 def test_settings_of_one_kind_of_model_are_refused_for_the_other() -> None:

@@ -205,7 +205,7 @@ def test_compositions_predict_with_the_first_members_of_each_family():
     import semiparam
 
     rng = np.random.default_rng(0)
-    X = pd.DataFrame({"a": rng.normal(size=60)})
+    X = pd.DataFrame({"a": rng.normal(size=240)})  # 24 validation rows a member: selection weighs
     options = {"d_embedding": 8, "n_heads": 2, "dropout": 0.0}
     model = semiparam.TableRegressor(
         n_estimators=2, max_steps=2, model_options=options, random_state=0, verbose=False
@@ -213,12 +213,16 @@ def test_compositions_predict_with_the_first_members_of_each_family():
     whole = model.predict(X)
     npt, spin = model.learner_.members[:2], model.learner_.members[2:]
     views = ds.compositions(model)
-    assert sorted(views) == ["0+1", "0+2", "1+0", "1+1", "1+2", "2+0", "2+1", "2+2"]
+    assert sorted(views) == ["0+1", "0+2", "1+0", "1+1", "1+2", "2+0", "2+1", "2+2", "2+2 mean"]
     assert views["2+1"].learner_.members == [*npt, spin[0]]
     assert len(model.learner_.members) == 4  # the fitted model is left whole
+    assert model.learner_.weighted  # the mean view is a copy: the model still weighs its members
     np.testing.assert_allclose(views["2+2"].predict(X), whole, rtol=1e-6)
     halves = [views["2+0"].predict(X), views["0+2"].predict(X)]
-    np.testing.assert_allclose(np.mean(halves, axis=0), whole, rtol=1e-6)
+    np.testing.assert_allclose(np.mean(halves, axis=0), views["2+2 mean"].predict(X), rtol=1e-6)
+    w_npt = sum(m.ensemble_weights["__target__"] for m in npt)
+    assert sum(m.ensemble_weights["__target__"] for m in spin) == pytest.approx(1 - w_npt)
+    np.testing.assert_allclose(w_npt * halves[0] + (1 - w_npt) * halves[1], whole, rtol=1e-6)
     summary = ds.history_summary(model)
     assert summary["n_members"] == 4 and summary["members"][0]["steps"] == 2
 

@@ -5,8 +5,11 @@ members, each trained with its own seed, hence its own validation split, weight 
 masks and minibatch order (and, above ``max_context_rows``, its own context sample). The encoder
 is fitted once and the table encoded once; every member reads the same arrays. Predictions are
 averaged in probability for categorical columns; for continuous columns the mean of the members'
-means, and with a Gaussian head the standard deviation of the equal-weight mixture of the
-members' Gaussians. One member is exactly the single model of the paper.
+means, and with a Gaussian head the standard deviation of the mixture of the members'
+Gaussians. Every member weighs the same, except in an ensemble of several model families (NPT and
+SPIN, ``model="auto"``), whose families are weighed by ensemble selection on the validation rows
+they all held out (:meth:`EnsembleLearner.select_weights`). One member is exactly the single
+model of the paper.
 
 NOTE[DIFF]: the papers train one model. A few members trained on different validation splits
 together see every row and average out the variance of a small-table fit (the cheap-ensemble
@@ -20,7 +23,7 @@ import dataclasses
 import functools
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +40,7 @@ from ..training.members import MemberPlan, train_members
 from ..training.seeding import seeded_build
 from ..training.trainer import ProgressBar, TrainHistory
 from ._context import PredictionContext
-from .learner import TableLearner
+from .learner import TableLearner, prediction_loss
 from .model_dir import read_model_dir, save_model_dir
 
 
@@ -144,8 +147,8 @@ ENCODING_FIELDS = ("feature_transform", "min_category_count")
 
 class EnsembleLearner:
     """``n_members`` table models over one encoder (see the module docstring); with
-    ``more_families``, members of several model families (NPT and SPIN), every member's
-    prediction weighing the same in the average."""
+    ``more_families``, members of several model families (NPT and SPIN), the families weighed by
+    ensemble selection (:meth:`select_weights`)."""
 
     # with executor="ray", predictions for more query rows than this are sharded over Ray tasks
     predict_shard_rows = 50_000
@@ -204,8 +207,19 @@ class EnsembleLearner:
         if total > 1:
             for k, member in enumerate(self.members):
                 member.label = f"member {k + 1} of {total}"
+        # member k of every other family holds out the rows of the first family's member k (of
+        # k modulo its size): every family then predicts the rows they held out, from rows it
+        # did not train on, and select_weights weighs the families there
+        lead = self.members[: families[0].n_members]
+        start = len(lead)
+        for family in families[1:]:
+            for k, member in enumerate(self.members[start : start + family.n_members]):
+                member.split_seed = lead[k % len(lead)].seed
+            start += family.n_members
         self.encoder: TableEncoder | None = None
         self.history: EnsembleHistory | None = None
+        # whether predictions weigh the members by their ensemble_weights (False: all the same)
+        self.weighted = True
 
     # -- the attributes code written for one TableLearner reads --------------------------------
     @property
@@ -326,10 +340,59 @@ class EnsembleLearner:
             ]
             for m in self.members:
                 m.encoder = self.encoder  # one encoder, as when fitted here
+        self.select_weights()
         self.history = EnsembleHistory(
             [m.history for m in self.members if m.history is not None], time.perf_counter() - start
         )
         return self
+
+    def families(self) -> dict[str, list[TableLearner]]:
+        """The members by model family, in the order the families came."""
+        groups: dict[str, list[TableLearner]] = {}
+        for member in self.members:
+            groups.setdefault(member.model_name, []).append(member)
+        return groups
+
+    def select_weights(self) -> None:
+        """Weigh the model families by ensemble selection (``TrainConfig.ensemble_selection``
+        rounds of Caruana et al. 2004's greedy forward selection with replacement; each member
+        of a family then weighs its family's weight over the family's size), per target, on the
+        validation rows that every family held out: there a family's prediction of a row is the
+        mean of its members that did not train on it, so the families are compared on the same
+        rows, none of which any of them trained on (the members of the later families hold out
+        the first family's rows; see ``__init__``). Fewer than ``MIN_SELECTION_ROWS`` such rows,
+        one family, or no rounds: every member weighs the same.
+
+        NOTE[DIFF]: the papers train one model; the ensembles of the AutoML systems (AutoGluon's
+        weighted ensemble) weigh their models this way on out-of-fold predictions."""
+        for member in self.members:
+            member.ensemble_weights = {}
+        rounds = self.train_config.ensemble_selection
+        groups = list(self.families().values())
+        if rounds == 0 or len(groups) < 2:
+            return
+        for name in dict.fromkeys(t for m in self.members for t in m.held_out):
+            entries = [[m.held_out[name] for m in group if name in m.held_out] for group in groups]
+            if not all(entries):
+                continue
+            rows = functools.reduce(
+                np.intersect1d, [np.unique(np.concatenate([e["rows"] for e in es])) for es in entries]
+            )
+            if len(rows) < MIN_SELECTION_ROWS:
+                continue
+            key = "proba" if "proba" in entries[0][0] else "mean"
+            reference = {field: _rows_mean(entries[0], rows, field) for field in ("truth", "weight")}
+            reference["truth"] = reference["truth"].astype(entries[0][0]["truth"].dtype)
+            candidates = [_rows_mean(es, rows, key) for es in entries]
+            weights = greedy_selection(candidates, functools.partial(prediction_loss, reference), rounds)
+            for group, weight in zip(groups, weights, strict=True):
+                for member in group:
+                    member.ensemble_weights[name] = float(weight) / len(group)
+
+    def member_weights(self, name: str) -> np.ndarray | None:
+        """The members' weights in the prediction of column ``name`` (:func:`member_weights`), or
+        None with ``weighted`` off."""
+        return member_weights(self.members, name) if self.weighted else None
 
     def _member_budget(self, k: int, spent: float, overhead: float) -> float | None:
         """Seconds of training for member ``k`` when the fit has a ``time_budget``: what is left of
@@ -504,7 +567,8 @@ class EnsembleLearner:
     def predict_columns(
         self, frame: pd.DataFrame | EncodedTable, columns: Sequence[str], *, absent: Sequence[str] = ()
     ) -> dict[str, dict[str, np.ndarray]]:
-        """As :meth:`TableLearner.predict_columns`, averaged over the members."""
+        """As :meth:`TableLearner.predict_columns`, the members' predictions combined: averaged
+        under their weights (:meth:`member_weights`; the mixture of their Gaussians)."""
         assert self.encoder is not None
         queries = frame if isinstance(frame, EncodedTable) else self.encoder.transform(frame, absent=absent)
         if self.executor == "ray" and len(queries.values) > self.predict_shard_rows:
@@ -515,15 +579,16 @@ class EnsembleLearner:
         result: dict[str, dict[str, np.ndarray]] = {}
         for name in columns:
             entries = [o[name] for o in outs]
+            weights = self.member_weights(name)
             if "proba" in entries[0]:
-                result[name] = {"proba": np.mean([e["proba"] for e in entries], axis=0)}
+                result[name] = {"proba": weighted_mean([e["proba"] for e in entries], weights)}
                 continue
             means = np.stack([e["mean"] for e in entries])  # (members, n)
-            mean = means.mean(axis=0)
+            mean = weighted_mean(means, weights)
             entry = {"mean": mean}
             if "std" in entries[0]:
                 stds = np.stack([e["std"] for e in entries])
-                second = (stds**2 + means**2).mean(axis=0)  # mixture's second moment
+                second = weighted_mean(stds**2 + means**2, weights)  # the mixture's second moment
                 entry["std"] = np.sqrt(np.maximum(second - mean**2, 0.0))
             result[name] = entry
         return _finite(result)
@@ -608,9 +673,62 @@ class EnsembleLearner:
         ens.train_config, ens.seed = first.train_config, first.seed
         ens.members, ens.encoder, ens.history = members, first.encoder, history
         ens.executor, ens.ray_address = "serial", None  # how it was fitted is not part of the model
+        ens.weighted = True
         for m in members[1:]:
             m.encoder = first.encoder  # one encoder, as when fitted
         return ens, extra
+
+
+# the fewest validation rows held out by every family that ensemble selection weighs them on
+MIN_SELECTION_ROWS = 20
+
+
+def member_weights(members: Sequence[TableLearner], name: str) -> np.ndarray | None:
+    """The weights of ``members`` (an ensemble's, or some of them) in the prediction of column
+    ``name``: their ``ensemble_weights`` renormalised to sum to 1; None where they all weigh the
+    same (no selection, a column it did not weigh, weights that are all 0 or all equal)."""
+    weights = np.array([m.ensemble_weights.get(name, np.nan) for m in members])
+    if np.isnan(weights).any() or not weights.sum() > 0 or np.allclose(weights, weights[0]):
+        return None
+    return weights / weights.sum()
+
+
+def weighted_mean(stack: np.ndarray | Sequence[np.ndarray], weights: np.ndarray | None) -> np.ndarray:
+    """The members' mean of ``stack`` (members first) under ``weights`` (None: the plain mean)."""
+    stack = np.asarray(stack)
+    return stack.mean(axis=0) if weights is None else np.tensordot(weights, stack, axes=1)
+
+
+def greedy_selection(
+    candidates: Sequence[np.ndarray], loss: Callable[[np.ndarray], float], rounds: int
+) -> np.ndarray:
+    """Ensemble selection (Caruana et al. 2004): ``rounds`` times, add to the ensemble (with
+    replacement) the candidate prediction whose addition gives the lowest ``loss`` of the
+    ensemble's mean; the weights are the times each was added over ``rounds``. The first round
+    picks the best candidate alone; a tie goes to the earlier candidate."""
+    counts = np.zeros(len(candidates))
+    total = np.zeros_like(candidates[0], dtype=np.float64)
+    for t in range(rounds):
+        losses = [loss((total + c) / (t + 1)) for c in candidates]
+        best = int(np.argmin(losses))
+        counts[best] += 1
+        total = total + candidates[best]
+    return counts / rounds
+
+
+def _rows_mean(entries: Sequence[dict[str, np.ndarray]], rows: np.ndarray, field: str) -> np.ndarray:
+    """``field`` of held-out entries at ``rows`` (sorted ids each entry or some hold): the mean
+    over the entries that hold each row."""
+    first = entries[0][field]
+    total = np.zeros((len(rows), *first.shape[1:]), dtype=np.float64)
+    count = np.zeros(len(rows))
+    for entry in entries:
+        pos = np.searchsorted(rows, entry["rows"])
+        inside = pos < len(rows)
+        inside[inside] = rows[pos[inside]] == entry["rows"][inside]
+        np.add.at(total, pos[inside], entry[field][inside])
+        np.add.at(count, pos[inside], 1.0)
+    return total / count.reshape(-1, *([1] * (total.ndim - 1)))
 
 
 def _finite(result: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[str, np.ndarray]]:

@@ -4,8 +4,8 @@ prediction (spec-weng section 2.5, features F20-F25; the NPT paper's section 6).
 A model that can hide any cell of its input answers both questions by itself: hiding a feature
 of a query row, or a context row's target, is what it was trained on (stochastic masking), so
 the probes stay in distribution. An ensemble is explained as the average of its members: every
-probe is run on each member and the members' predictions are averaged before differencing, as
-``predict`` averages them.
+probe is run on each member and the members' predictions are averaged (under the members'
+ensemble weights, as ``predict`` averages them) before differencing.
 
 The quantity explained is, for a categorical target, the probability of one class (by default
 the class the model predicts for that row; ``target_class`` names another) on the scale chosen
@@ -32,6 +32,7 @@ from ..models.npt import NPT
 from ..models.spin import SPIN
 from ..training.masking import mask_for_inference
 from ._context import PredictionContext
+from ._ensemble import member_weights, weighted_mean
 
 ROW_METHODS = ("attention", "deletion")
 DELETIONS = ("row", "target")
@@ -151,13 +152,19 @@ class Explainer:
     def predict(
         self, queries: EncodedTable, contexts: Sequence[EncodedTable | None] | None = None
     ) -> np.ndarray:
-        """The ensemble's prediction (members averaged), each member from its own context or from
-        ``contexts[k]``."""
+        """The ensemble's prediction (members averaged under their weights), each member from its
+        own context or from ``contexts[k]``."""
         preds = [
             self.member_predict(k, queries, self.member_state(k, None if contexts is None else contexts[k]))
             for k in range(len(self.members))
         ]
-        return np.mean(preds, axis=0)
+        return weighted_mean(preds, self.weights())
+
+    def weights(self) -> np.ndarray:
+        """Each member's weight in the explained prediction (renormalised over the members this
+        explainer holds; :func:`~._ensemble.member_weights`)."""
+        weights = member_weights(self.members, self.target)
+        return np.full(len(self.members), 1 / len(self.members)) if weights is None else weights
 
     def quantity(self, pred: np.ndarray, classes: np.ndarray | None, scale: str) -> np.ndarray:
         """What is explained, per row: p(class) on ``scale``, or the mean."""
@@ -226,8 +233,10 @@ class Explainer:
 
     def row_attention(self, queries: EncodedTable) -> np.ndarray:
         """(n_q, n_context): attention of each query on each context row, averaged over heads,
-        layers and members (NPT: ABD weights; SPIN: query -> inducing points -> rows)."""
+        layers and members (under their weights; NPT: ABD weights; SPIN: query -> inducing
+        points -> rows)."""
         contexts = self.require_rows("attention over rows")
+        weights = self.weights()
         scores = np.zeros((len(queries.values), self.n_context))
         bs = self.members[0].train_config.predict_batch_size
         for k, (_, index) in enumerate(contexts):
@@ -238,7 +247,7 @@ class Explainer:
                     w = maps["composed"]
                 else:  # NPT: each ABD block's weights on the context rows (the last is the row itself)
                     w = torch.stack([r[..., :-1] for r in maps["rows"]]).mean(dim=(0, 2))
-                scores[start : start + bs, index] += w.double().cpu().numpy() / len(contexts)
+                scores[start : start + bs, index] += w.double().cpu().numpy() * weights[k]
         return scores
 
 
@@ -567,18 +576,20 @@ def _lime_attributions(
 def _gradient_attributions(
     ex: Explainer, queries: EncodedTable, classes: np.ndarray | None, scale: str
 ) -> np.ndarray:
-    """Input x gradient at each cell's embedding (summed over its channels), averaged over members."""
+    """Input x gradient at each cell's embedding (summed over its channels), averaged over members
+    under their weights."""
     try:
         from captum.attr import LayerGradientXActivation
     except ImportError as err:  # pragma: no cover - depends on the environment
         raise ImportError("method='gradient' needs captum: pip install 'semiparam[explain]'") from err
     total = np.zeros((len(queries.values), len(ex.feature_j)))
+    weights = ex.weights()
     for k in range(len(ex.members)):
         module, (qv, qh), _ = ex.member_inputs(k, queries, None)
         forward = _explained_output(ex, k, module, ex.member_state(k), classes, scale)
         attribution = LayerGradientXActivation(forward, module.embedding)
         cells = attribution.attribute(qv, additional_forward_args=(qh,)).sum(dim=-1)  # (n_q, d)
-        total += cells.detach().double().cpu().numpy()[:, ex.feature_j] / len(ex.members)
+        total += cells.detach().double().cpu().numpy()[:, ex.feature_j] * weights[k]
     return total
 
 

@@ -24,6 +24,8 @@ estimators and genomics all train and predict through it; nothing outside ``esti
 from __future__ import annotations
 
 import copy
+import io
+import json
 import math
 import tempfile
 from collections.abc import Callable, Sequence
@@ -76,6 +78,43 @@ class TrainingSetup:
     validation: tuple[EncodedTable, EncodedTable] | None = None  # (context, validation rows)
 
 
+def prediction_loss(entry: dict[str, np.ndarray], prediction: np.ndarray) -> float:
+    """The loss of ``prediction`` (probabilities (k, C), or means (k,)) of the held-out rows
+    ``entry`` (:meth:`TableLearner.held_out_rows`): weighted log loss, or weighted mean squared
+    error in the target's units."""
+    if prediction.ndim == 2:
+        picked = np.clip(prediction[np.arange(len(entry["truth"])), entry["truth"]], 1e-15, 1.0)
+        return float(np.average(-np.log(picked), weights=entry["weight"]))
+    return float(np.average((prediction - entry["truth"]) ** 2, weights=entry["weight"]))
+
+
+def validation_scores(held: dict[str, dict[str, np.ndarray]], n_rows: int) -> dict[str, dict[str, float]]:
+    """Per target, the scores of held-out rows (:meth:`TableLearner.held_out_rows`) in the
+    target's own terms: ``rmse`` and ``mae`` (original units) of a continuous target,
+    ``accuracy`` and ``log_loss`` (calibrated) of a categorical one; weighted by the rows' sample
+    weights; ``rows``: the ``n_rows`` validation rows."""
+    scores: dict[str, dict[str, float]] = {}
+    for name, entry in held.items():
+        if "proba" in entry:
+            proba, weight = entry["proba"], entry["weight"]
+            scores[name] = {
+                "accuracy": float(np.average(proba.argmax(1) == entry["truth"], weights=weight)),
+                "log_loss": prediction_loss(entry, proba),
+            }
+        else:
+            error = entry["mean"] - entry["truth"]
+            scores[name] = {
+                "rmse": math.sqrt(prediction_loss(entry, entry["mean"])),
+                "mae": float(np.average(np.abs(error), weights=entry["weight"])),
+            }
+        scores[name]["rows"] = int(n_rows)
+    return scores
+
+
+# the file of :meth:`TableLearner.to_files` that carries its held-out predictions
+HELD_OUT_FILE = "held_out.npz"
+
+
 class TableLearner:
     """One fitted table model (see module docstring)."""
 
@@ -102,6 +141,16 @@ class TableLearner:
         # the best checkpoint and every training row trains (no internal validation split)
         self.eval_rows: EncodedTable | None = None
         self.validation_index: np.ndarray | None = None  # set by training_setup
+        # the seed the validation split is drawn from (None: this learner's own seed): the members
+        # of an ensemble's other families hold out the rows of its first family's members, so
+        # that the ensemble can weigh the families on rows none of them trained on
+        self.split_seed: int | None = None
+        # per target, this fit's predictions of its validation rows (:meth:`held_out_rows`): read
+        # by the ensemble's selection after the fit, never saved (they are training labels)
+        self.held_out: dict[str, dict[str, np.ndarray]] = {}
+        # per target, this member's weight in its ensemble's prediction (set by the ensemble's
+        # selection; empty: every member weighs the same)
+        self.ensemble_weights: dict[str, float] = {}
         # per target, scores on the validation rows after training (finish_fit; saved with the model)
         self.validation_scores: dict[str, dict[str, float]] = {}
         self.encoder: TableEncoder | None = None
@@ -198,6 +247,7 @@ class TableLearner:
             self.model_config.fingerprint_dict(),
             train,
             self.seed,
+            *([] if self.split_seed is None else [{"split_seed": self.split_seed}]),
         )
 
     def encode_for_fit(
@@ -322,7 +372,8 @@ class TableLearner:
         # NOTE[DIFF]: the paper selects checkpoints on the benchmark's own validation split; an
         # estimator gets one table, so a stratified share of it is held out for that.
         fraction = cfg.validation_fraction if has_targets and self.eval_rows is None else 0.0
-        train_idx, val_idx = split_validation(len(enc.values), fraction, strata, rng)
+        split_rng = rng if self.split_seed is None else np.random.default_rng(self.split_seed)
+        train_idx, val_idx = split_validation(len(enc.values), fraction, strata, split_rng)
         self.validation_index = val_idx  # positions of the held-out rows (feature_importances_)
         train_values = enc.values[train_idx]
         train_missing = enc.missing[train_idx]
@@ -400,6 +451,7 @@ class TableLearner:
         self._inference_copy = None
         self.temperatures = {}
         self.validation_scores = {}
+        self.held_out = {}
         if setup.validation is not None:
             # the trained model's outputs for its validation rows, predicted from the rows it
             # validated against: read by the calibration and the scores
@@ -408,42 +460,42 @@ class TableLearner:
             outputs = self.query_outputs(queries, self.encode(context, self.module), self.module)
             if self.train_config.calibrate:
                 self._calibrate(outputs, queries)
-            self.validation_scores = self._validation_scores(outputs, queries)
+            # the rows' ids: positions in the fitted table, or after it for an eval_set's rows
+            if self.eval_rows is None:
+                assert self.validation_index is not None
+                ids = self.validation_index
+            else:
+                ids = len(enc.values) + np.arange(len(queries.values))
+            self.held_out = self.held_out_rows(outputs, queries, ids)
+            self.validation_scores = validation_scores(self.held_out, len(queries.values))
         self.set_context(EncodedTable(enc.values, enc.missing))
 
-    def _validation_scores(
-        self, outputs: ColumnOutputs, queries: EncodedTable
-    ) -> dict[str, dict[str, float]]:
-        """Per target, the scores of the validation rows ``queries`` (rows the model never
-        trained on) from their ``outputs``, in the target's own terms: ``rmse`` and ``mae``
-        (original units) of a continuous target, ``accuracy`` and ``log_loss`` (calibrated) of a
-        categorical one; weighted by the rows' sample weights when given."""
+    def held_out_rows(
+        self, outputs: ColumnOutputs, queries: EncodedTable, ids: np.ndarray
+    ) -> dict[str, dict[str, np.ndarray]]:
+        """Per target, the validation rows ``queries`` (rows the model never trained on, with
+        ids ``ids``) whose label is known, from their ``outputs``: ``rows`` (their ids),
+        ``truth`` (class index, or the value in original units), ``weight`` (sample weights, 1
+        without) and the decoded prediction (``proba`` (k, C) calibrated, or ``mean``). A target
+        whose rows weigh nothing is left out."""
+        assert self.encoder is not None
         names = [self.schema.names[j] for j in self.schema.target_indices]
         decoded = self.decode_outputs(outputs, names)
-        scores: dict[str, dict[str, float]] = {}
+        held: dict[str, dict[str, np.ndarray]] = {}
         for name, j in zip(names, self.schema.target_indices, strict=True):
             seen = ~queries.missing[:, j]
-            if not seen.any():
+            weight = np.ones(int(seen.sum())) if queries.weights is None else queries.weights[seen]
+            if not seen.any() or not weight.sum() > 0:
                 continue
             truth = queries.values[seen, j].astype(np.float64)
-            weights = None if queries.weights is None else queries.weights[seen].astype(np.float64)
-            if weights is not None and not weights.sum() > 0:
-                continue
+            entry = {"rows": np.asarray(ids)[seen], "weight": weight.astype(np.float64)}
             if "proba" in decoded[name]:
-                proba = decoded[name]["proba"][seen]
-                label = truth.astype(np.int64)
-                picked = np.clip(proba[np.arange(len(label)), label], 1e-15, 1.0)
-                scores[name] = {
-                    "accuracy": float(np.average(proba.argmax(1) == label, weights=weights)),
-                    "log_loss": float(np.average(-np.log(picked), weights=weights)),
-                }
+                entry.update(truth=truth.astype(np.int64), proba=decoded[name]["proba"][seen])
             else:
-                error = decoded[name]["mean"][seen] - self.encoder.decode_continuous(name, truth)  # type: ignore[union-attr]
-                scores[name] = {
-                    "rmse": float(np.sqrt(np.average(error**2, weights=weights))),
-                    "mae": float(np.average(np.abs(error), weights=weights)),
-                }
-        return {name: {**entry, "rows": int(len(queries.values))} for name, entry in scores.items()}
+                truth = self.encoder.decode_continuous(name, truth)
+                entry.update(truth=truth, mean=decoded[name]["mean"][seen])
+            held[name] = entry
+        return held
 
     @property
     def keeps_training_rows(self) -> bool:
@@ -657,6 +709,7 @@ class TableLearner:
             "history": self.history.to_dict(),
             "temperatures": self.temperatures,
             "validation_scores": self.validation_scores,
+            "ensemble_weights": self.ensemble_weights,
         }
 
     def save(self, path: str | Path, extra: dict[str, Any] | None = None, *, overwrite: bool = False) -> Path:
@@ -678,15 +731,31 @@ class TableLearner:
         processes (a Ray task's result) in the saved format, no pickle of live objects."""
         with tempfile.TemporaryDirectory(prefix="semiparam-learner-") as tmp:
             path = self.save(Path(tmp) / "learner")
-            return {f.name: f.read_bytes() for f in sorted(path.iterdir())}
+            files = {f.name: f.read_bytes() for f in sorted(path.iterdir())}
+        # the held-out predictions travel too (the ensemble's selection reads them), not saved
+        flat = {f"{k}/{key}": a for k, entry in enumerate(self.held_out.values()) for key, a in entry.items()}
+        buffer = io.BytesIO()
+        np.savez(buffer, **flat)  # type: ignore[arg-type]  # the stub types **kwds as its own flags
+        files[HELD_OUT_FILE] = buffer.getvalue()
+        files[HELD_OUT_FILE + ".json"] = json.dumps(list(self.held_out)).encode()
+        return files
 
     @classmethod
     def from_files(cls, files: dict[str, bytes], *, device: str | torch.device | None = None) -> TableLearner:
         """The learner :meth:`to_files` packed (as :meth:`load` of the saved directory)."""
+        files = dict(files)
+        held = files.pop(HELD_OUT_FILE, None)
+        names = json.loads(files.pop(HELD_OUT_FILE + ".json", b"[]"))
         with tempfile.TemporaryDirectory(prefix="semiparam-learner-") as tmp:
             for name, data in files.items():
                 (Path(tmp) / Path(name).name).write_bytes(data)
-            return cls.load(tmp, device=device)[0]
+            learner = cls.load(tmp, device=device)[0]
+        if held is not None:
+            with np.load(io.BytesIO(held), allow_pickle=False) as arrays:
+                for key in arrays.files:
+                    k, field = key.split("/")
+                    learner.held_out.setdefault(names[int(k)], {})[field] = arrays[key]
+        return learner
 
     @classmethod
     def load(
@@ -708,6 +777,7 @@ class TableLearner:
         learner.history = TrainHistory(**meta["history"])
         learner.temperatures = dict(meta.get("temperatures", {}))
         learner.validation_scores = dict(meta.get("validation_scores", {}))  # absent in older files
+        learner.ensemble_weights = dict(meta.get("ensemble_weights", {}))  # absent in older files
         learner.module = saved.load_weights(learner._build_module(), device=learner.device).eval()
         keeps_rows = learner.keeps_training_rows
         device = "cpu" if keeps_rows else str(learner.device)  # rows stay on the CPU until used

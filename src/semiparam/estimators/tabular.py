@@ -288,8 +288,9 @@ _PARAMS_DOC = """
 
 _MODEL_DOC = """
     The model is chosen by ``model``: ``"auto"`` (default) trains NPT and SPIN members together
-    in one ensemble (with the ``cpu`` preset two members of each) and averages
-    their predictions (each member weighs the same);
+    in one ensemble (with the ``cpu`` preset two members of each) and averages their
+    predictions, the two families weighed by ensemble selection on the validation rows both held
+    out (``train_options={"ensemble_selection": 0}``: every member weighs the same);
     ``"npt"`` or ``"spin"`` trains one family, as :class:`NPTClassifier` / :class:`SPINClassifier`
     and their regressors do.
 """

@@ -28,6 +28,9 @@ from .masking import MaskingPolicy
 # the cpu presets' min_category_count (NPT and SPIN): a category of a feature seen in fewer
 # training rows shares the column's "infrequent" level
 MIN_CATEGORY_COUNT = 5
+# the cpu presets' rounds of ensemble selection (PredictionSettings.ensemble_selection), as
+# AutoGluon's weighted ensemble: a family's weight is a multiple of 1/25
+ENSEMBLE_SELECTION_ROUNDS = 25
 
 
 def _counts(config: Any, *names: str, optional: bool = False) -> None:
@@ -287,6 +290,11 @@ class PredictionSettings(FrozenConfig):
     # it may also sharpen them, undoing the caps that label smoothing trains into them on a
     # table the model gets (nearly) all right. The highest is MAX_TEMPERATURE
     min_temperature: float = 1.0
+    # rounds of greedy ensemble selection (Caruana et al. 2004: forward selection with
+    # replacement) that weigh the model families of an ensemble (NPT and SPIN of model="auto") on
+    # the validation rows they all held out; 0: every member's prediction weighs the same.
+    # NOTE[DIFF]: the papers train one model (see EnsembleLearner.select_weights)
+    ensemble_selection: int = 0
 
     # the highest temperature calibration may choose (and the bound min_temperature must stay below)
     MAX_TEMPERATURE = math.e**3
@@ -294,6 +302,8 @@ class PredictionSettings(FrozenConfig):
     def validate(self) -> None:
         super().validate()
         _counts(self, "max_context_rows", "predict_batch_size")
+        if isinstance(self.ensemble_selection, bool) or self.ensemble_selection < 0:
+            raise ConfigError(f"ensemble_selection must be an integer >= 0, got {self.ensemble_selection!r}")
         if not 0.0 < self.min_temperature < self.MAX_TEMPERATURE:
             raise ConfigError(
                 f"min_temperature must be in (0, e^3 = {self.MAX_TEMPERATURE:.4g}), "
@@ -407,7 +417,7 @@ class TrainConfig(  # a dataclass puts its last base's fields first: schedule, o
     LATER_FIELDS = (*NEURAL_PROCESS_ONLY, "lookup_every", "twin_noise")
     # fields that act only after training (on the fitted model): a checkpoint resumes whatever
     # they are, so they never enter its fingerprint
-    AFTER_TRAINING = ("min_temperature",)
+    AFTER_TRAINING = ("min_temperature", "ensemble_selection")
 
     def fingerprint_dict(self) -> dict[str, Any]:
         """The base's (renamed keys spelt as before, ``LATER_FIELDS`` at their defaults left out)
@@ -518,6 +528,7 @@ class TrainConfig(  # a dataclass puts its last base's fields first: schedule, o
             # noise on the development suite's larger tables (benchmarks/results/fit_cost.md)
             validation_context_rows=1024,
             twin_noise=0.5,
+            ensemble_selection=ENSEMBLE_SELECTION_ROUNDS,
         )
 
     @classmethod
