@@ -208,7 +208,12 @@ def test_compositions_predict_with_the_first_members_of_each_family():
     X = pd.DataFrame({"a": rng.normal(size=240)})  # 24 validation rows a member: selection weighs
     options = {"d_embedding": 8, "n_heads": 2, "dropout": 0.0}
     model = semiparam.TableRegressor(
-        n_estimators=2, max_steps=2, model_options=options, random_state=0, verbose=False
+        n_estimators=2,
+        max_steps=2,
+        model_options=options,
+        train_options={"ensemble_selection": 25},
+        random_state=0,
+        verbose=False,
     ).fit(X, X["a"])
     whole = model.predict(X)
     npt, spin = model.learner_.members[:2], model.learner_.members[2:]

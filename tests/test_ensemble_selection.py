@@ -10,11 +10,20 @@ import pytest
 from semiparam import ConfigError, TableClassifier, TableRegressor
 from semiparam.estimators._ensemble import MIN_SELECTION_ROWS, greedy_selection
 from semiparam.estimators.learner import HELD_OUT_FILE, TableLearner, prediction_loss
-from semiparam.training.config import ENSEMBLE_SELECTION_ROUNDS, TrainConfig
+from semiparam.training.config import TrainConfig
 
 TINY = {"d_embedding": 8, "n_heads": 2, "dropout": 0.0}
 OPTIONS = {"npt": {**TINY, "n_blocks": 2}, "spin": {**TINY, "n_blocks": 1}}
-FAST = dict(max_steps=20, learning_rate=1e-2, model_options=OPTIONS, random_state=0, verbose=False)
+ENSEMBLE_SELECTION_ROUNDS = 25  # as AutoGluon's weighted ensemble: a weight is a multiple of 1/25
+SELECT = {"ensemble_selection": ENSEMBLE_SELECTION_ROUNDS}
+FAST = dict(
+    max_steps=20,
+    learning_rate=1e-2,
+    model_options=OPTIONS,
+    train_options=SELECT,
+    random_state=0,
+    verbose=False,
+)
 TARGET = "__target__"
 pytestmark = pytest.mark.filterwarnings("ignore:max_steps=.* is below min_steps")
 
@@ -118,7 +127,7 @@ def test_the_prediction_is_the_members_mean_under_their_weights(regressor, frame
 
 def test_without_selection_or_without_enough_shared_rows_every_member_weighs_the_same(frame):
     X, y = frame
-    off = TableRegressor(n_estimators=2, train_options={"ensemble_selection": 0}, **FAST)
+    off = TableRegressor(n_estimators=2, **{**FAST, "train_options": {}})  # the default: no selection
     off.fit(X.iloc[:240], y[:240])
     assert all(m.ensemble_weights == {} for m in off.learner_.members)
     np.testing.assert_allclose(off.predict(X.iloc[240:]), member_means(off, X.iloc[240:]).mean(axis=0))
@@ -171,7 +180,7 @@ def test_the_rows_of_an_eval_set_weigh_the_families(frame):
 
 def test_ensemble_selection_is_a_count_of_rounds():
     assert TrainConfig().ensemble_selection == 0  # the papers' single model: no selection
-    assert TrainConfig.cpu().ensemble_selection == ENSEMBLE_SELECTION_ROUNDS
+    assert TrainConfig.cpu().ensemble_selection == 0  # the plain average scored as well
     for bad in (-1, True):
         with pytest.raises(ConfigError, match="ensemble_selection must be an int"):
             TrainConfig(ensemble_selection=bad)

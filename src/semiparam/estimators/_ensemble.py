@@ -6,10 +6,10 @@ masks and minibatch order (and, above ``max_context_rows``, its own context samp
 is fitted once and the table encoded once; every member reads the same arrays. Predictions are
 averaged in probability for categorical columns; for continuous columns the mean of the members'
 means, and with a Gaussian head the standard deviation of the mixture of the members'
-Gaussians. Every member weighs the same, except in an ensemble of several model families (NPT and
-SPIN, ``model="auto"``), whose families are weighed by ensemble selection on the validation rows
-they all held out (:meth:`EnsembleLearner.select_weights`). One member is exactly the single
-model of the paper.
+Gaussians. Every member weighs the same, unless ``TrainConfig.ensemble_selection`` asks for the
+families of an ensemble of several (NPT and SPIN, ``model="auto"``) to be weighed by ensemble
+selection on the validation rows they all held out (:meth:`EnsembleLearner.select_weights`). One
+member is exactly the single model of the paper.
 
 NOTE[DIFF]: the papers train one model. A few members trained on different validation splits
 together see every row and average out the variance of a small-table fit (the cheap-ensemble
@@ -147,7 +147,7 @@ ENCODING_FIELDS = ("feature_transform", "min_category_count")
 
 class EnsembleLearner:
     """``n_members`` table models over one encoder (see the module docstring); with
-    ``more_families``, members of several model families (NPT and SPIN), the families weighed by
+    ``more_families``, members of several model families (NPT and SPIN), which may be weighed by
     ensemble selection (:meth:`select_weights`)."""
 
     # with executor="ray", predictions for more query rows than this are sharded over Ray tasks

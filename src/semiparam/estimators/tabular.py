@@ -289,8 +289,8 @@ _PARAMS_DOC = """
 _MODEL_DOC = """
     The model is chosen by ``model``: ``"auto"`` (default) trains NPT and SPIN members together
     in one ensemble (with the ``cpu`` preset two members of each) and averages their
-    predictions, the two families weighed by ensemble selection on the validation rows both held
-    out (``train_options={"ensemble_selection": 0}``: every member weighs the same);
+    predictions (each member weighs the same; ``train_options={"ensemble_selection": 25}`` weighs
+    the two families by ensemble selection on the validation rows both held out);
     ``"npt"`` or ``"spin"`` trains one family, as :class:`NPTClassifier` / :class:`SPINClassifier`
     and their regressors do.
 """

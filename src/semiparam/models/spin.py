@@ -30,6 +30,7 @@ Memory is O(chunk) and the result equals the one-pass encoding up to float round
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -90,8 +91,21 @@ class SPINConfig(AttentionSettings, InputSettings):
     # a row's own cells (Poker Hand: equal ranks, equal suits) is then learnt by attention rather
     # than by the predictor's one feed-forward layer; cost O(b * d^2 * e), independent of n.
     predictor_aba: int = 0
+    # NOTE[DIFF]: the predictor also reads the context rows' latent encodings (H_A of the last
+    # XABA, one token of width f*e per row): the query row's own H_A attends to them (cosine
+    # similarity, one projection for queries and keys, so that it starts as a nearest-neighbour
+    # lookup, as NPT's cpu preset's row attention; a query never reads its own row), and what it
+    # reads, projected to the query token's width, is added to the token before its
+    # cross-attention to the inducing points. The reference code's optional decoder
+    # cross-attention to H_A (spec 1.5 and 9.20, off by default there as here) is the idea; the
+    # cosine lookup from the query's own latents is this library's. A prediction can then read a
+    # similar row's label, which the h inducing points cannot hold for every row, so what it
+    # predicts follows a changed context (issue 49 item 4, with TrainConfig.twin_noise). The
+    # encoding then keeps one token per context row (not its cells) and a prediction costs O(n)
+    # per query row (spec 1.7: "if the optional predictor cross-attention is used").
+    predictor_rows: bool = False
 
-    LATER_FIELDS = ("n_bins",)  # added after fits were first checkpointed (FrozenConfig)
+    LATER_FIELDS = ("n_bins", "predictor_rows")  # added after fits were first checkpointed (FrozenConfig)
 
     def validate(self) -> None:
         for name in ("d_embedding", "n_inducing", "n_latent_attributes", "n_blocks", "n_heads"):
@@ -260,6 +274,17 @@ class SPIN(nn.Module):
             attention_block(config, e, config.column_head_count(config.n_heads), "column")
             for _ in range(config.predictor_aba)
         )
+        # Optional (predictor_rows): each query row's own H_A (width f*e) attends to the context
+        # rows' H_A (cosine, the backend of the attention over rows: XABD's); what it reads is
+        # projected to the query token's width d*e and added to it
+        self.row_reader = (
+            attention_block(
+                config, self.n_latents * e, config.n_heads, "row", cross=True, similarity="cosine"
+            )
+            if config.predictor_rows
+            else None
+        )
+        self.read_projection = nn.Linear(self.n_latents * e, d * e) if config.predictor_rows else None
         # Predictor: query rows (width d*e) cross-attend to the inducing points (width f*e).
         self.predictor = attention_block(
             config, d * e, config.n_heads, "column", cross=True, kv_width=self.n_latents * e
@@ -291,19 +316,42 @@ class SPIN(nn.Module):
             h_a = layer.rows_after_xabd(h_a)
         raise IndexError(f"layer {layer_index} of {len(self.layers)}")
 
-    def _encode_embedded(self, d_emb: Tensor) -> Tensor:
-        """One pass of the encoder over all rows ``D (n, d, e)`` -> ``H_D (1, h, f*e)``."""
+    def _encode_embedded(self, d_emb: Tensor) -> Any:
+        """One pass of the encoder over all rows ``D (n, d, e)`` -> the encoding: ``H_D (1, h,
+        f*e)``, and with ``predictor_rows`` also the rows' tokens (:meth:`_encoding`)."""
         if d_emb.shape[0] == 0:
             raise ValueError("SPIN needs at least one context row to encode")
         h_a = self._initial_rows(d_emb)  # (n, f, e)
         h_d = self.inducing_points  # (1, h, f*e)
         ckpt = self.config.checkpoint_blocks and self.training
         gen = self.dropout_generator
+        rows = h_a
         for layer in self.layers:
             h_a = run_block(layer.rows_before_xabd, h_a, d_emb, checkpointed=ckpt, generator=gen)
             h_d = run_block(layer.inducing, h_d, h_a, checkpointed=ckpt, generator=gen)
+            rows = h_a  # the H_A the last XABD read
             h_a = run_block(layer.rows_after_xabd, h_a, checkpointed=ckpt, generator=gen)
-        return h_d
+        n, f, e = rows.shape
+        return self._encoding(h_d, rows.reshape(1, n, f * e))
+
+    def _encoding(self, h_d: Tensor, rows: Tensor) -> Any:
+        """The encoding predictions read: ``H_D (1, h, f*e)``, or with ``predictor_rows`` the
+        pair ``(H_D, rows (1, n, f*e))``, the rows' tokens for the predictor's row reader."""
+        return (h_d, rows) if self.row_reader is not None else h_d
+
+    def _state(self, state: Any) -> tuple[Tensor, Tensor | None]:
+        """``(H_D, rows or None)`` of an encoding, on this model's device and in its dtype (it
+        may come from a copy in another dtype: saved, or float64)."""
+        h_d, rows = state if isinstance(state, tuple) else (state, None)
+        param = self.inducing_points
+        if (rows is None) != (self.row_reader is None):
+            raise ValueError(
+                "this encoding "
+                + ("has no" if rows is None else "has")
+                + " context-row tokens, and this model's predictor "
+                + ("reads them (predictor_rows)" if rows is None else "does not read them")
+            )
+        return h_d.to(param.device, param.dtype), None if rows is None else rows.to(param.device, param.dtype)
 
     def _query_tokens(self, d_emb: Tensor) -> Tensor:
         """The predictor's queries from embedded rows ``(b, d, e)``: ``(1, b, d*e)``, each row one
@@ -314,11 +362,32 @@ class SPIN(nn.Module):
         b, d, e = d_emb.shape
         return d_emb.reshape(1, b, d * e)
 
-    def _predict(self, d_emb: Tensor, h_d: Tensor) -> ColumnOutputs:
-        """Query rows ``(b, d, e)`` cross-attend to ``H_D (1, h, f*e)``; then per-column heads."""
+    def _predict(
+        self, d_emb: Tensor, h_d: Tensor, rows: Tensor | None = None, exclude_self: bool = False
+    ) -> ColumnOutputs:
+        """Query rows ``(b, d, e)`` cross-attend to the context rows' tokens ``rows (1, n, f*e)``
+        (with ``predictor_rows``; ``exclude_self``: the queries are the rows themselves, n = b,
+        and none reads its own), then to ``H_D (1, h, f*e)``; then per-column heads."""
         b, d, e = d_emb.shape
-        out = self.predictor(self._query_tokens(d_emb), h_d).reshape(b, d, e)
+        queries = self._predictor_queries(d_emb, rows, exclude_self=exclude_self)
+        out = self.predictor(queries, h_d).reshape(b, d, e)
         return self.heads(out)
+
+    def _read_rows(self, d_emb: Tensor, rows: Tensor, exclude_self: bool = False) -> Tensor:
+        """What query rows ``(b, d, e)`` read from the context rows' tokens ``rows (1, n, f*e)``:
+        ``(1, b, f*e)``, the row reader's output for the queries' own H_A (``exclude_self``: the
+        queries are the rows themselves and none reads its own)."""
+        assert self.row_reader is not None
+        b = d_emb.shape[0]
+        mask = None
+        if exclude_self:  # the queries' own tokens are the rows'
+            own = rows
+            mask = ~torch.eye(b, dtype=torch.bool, device=d_emb.device)[None, None]
+        else:
+            own = self._rows_at_layer(d_emb, len(self.layers) - 1).reshape(1, b, -1)  # (1, b, f*e)
+        block = functools.partial(self.row_reader, attn_mask=mask)
+        ckpt = self.config.checkpoint_blocks and self.training
+        return run_block(block, own, rows, checkpointed=ckpt, generator=self.dropout_generator)
 
     # -- the table-model interface --------------------------------------------------------------
     def forward(self, values: Tensor, hidden: Tensor, is_query: Tensor | None = None) -> ColumnOutputs:
@@ -327,7 +396,8 @@ class SPIN(nn.Module):
         context rows followed by :meth:`forward_queries` on the query rows."""
         d_emb = self._embed(values, hidden)  # (n, d, e)
         context = d_emb if is_query is None else d_emb[~is_query]
-        return self._predict(d_emb, self._encode_embedded(context))
+        h_d, rows = self._state(self._encode_embedded(context))
+        return self._predict(d_emb, h_d, rows, exclude_self=is_query is None)
 
     @torch.no_grad()
     def encode_context(self, values: Tensor, hidden: Tensor, *, chunk_rows: int | None = None) -> Tensor:
@@ -339,6 +409,10 @@ class SPIN(nn.Module):
         n_blocks * (n_blocks + 1) / 2 row-encoder passes instead of n_blocks.
         """
         if self.config.inference_latents == "learned":
+            if self.row_reader is not None:
+                raise ValueError(
+                    "predictor_rows reads the context rows: inference_latents='learned' has none"
+                )
             return self.inducing_points.detach().clone()
         n = values.shape[0]
         chunk = chunk_rows or self.config.encode_chunk_rows
@@ -351,6 +425,7 @@ class SPIN(nn.Module):
         if n <= chunk or not all(layer.xabd.attention.backend.exact for layer in self.layers):
             return self._encode_embedded(self._embed(values, hidden))
         h_d = self.inducing_points
+        rows: list[Tensor] = []  # the last layer's tokens of the rows, chunk by chunk
         for index, layer in enumerate(self.layers):
             stream = StreamingCrossAttention(layer.xabd, h_d)
             for start in range(0, n, chunk):
@@ -358,25 +433,35 @@ class SPIN(nn.Module):
                 h_a = self._rows_at_layer(d_emb, index)  # (c, f, e)
                 c, f, e = h_a.shape
                 stream.update(h_a.reshape(1, c, f * e))  # (1, c, f*e): one key per row
+                if index == len(self.layers) - 1 and self.row_reader is not None:
+                    rows.append(h_a.reshape(1, c, f * e))
             h_d = stream.result()
-        return h_d
+        return self._encoding(h_d, torch.cat(rows, dim=1) if rows else h_d)
 
     def forward_queries(self, values: Tensor, hidden: Tensor, state: Tensor) -> ColumnOutputs:
         """Predict query rows ``(b, d)`` from an encoding ``state`` (see :meth:`encode_context`);
-        cost independent of how many rows were encoded."""
-        # the encoding may come from a copy of the model in another dtype (saved, or float64)
-        state = state.to(self.inducing_points.device, self.inducing_points.dtype)
-        return self._predict(self._embed(values, hidden), state)
+        cost independent of how many rows were encoded (with ``predictor_rows``: linear in it)."""
+        h_d, rows = self._state(state)
+        return self._predict(self._embed(values, hidden), h_d, rows)
 
-    def state_to_tensors(self, state: Tensor) -> dict[str, Tensor]:
-        """The encoding as named tensors for saving: ``inducing_points (h, f, e)``."""
-        _, h, width = state.shape
-        return {"inducing_points": state.reshape(h, self.n_latents, width // self.n_latents)}
+    def state_to_tensors(self, state: Any) -> dict[str, Tensor]:
+        """The encoding as named tensors for saving: ``inducing_points (h, f, e)``, and with
+        ``predictor_rows`` the context rows' tokens ``rows (n, f, e)``."""
+        h_d, rows = state if isinstance(state, tuple) else (state, None)
+        _, h, width = h_d.shape
+        e = width // self.n_latents
+        tensors = {"inducing_points": h_d.reshape(h, self.n_latents, e)}
+        if rows is not None:
+            tensors["rows"] = rows.reshape(rows.shape[1], self.n_latents, e)
+        return tensors
 
-    def state_from_tensors(self, tensors: dict[str, Tensor]) -> Tensor:
-        """Inverse of :meth:`state_to_tensors`; checks the shape against this model."""
-        if "inducing_points" not in tensors:
-            raise ValueError(f"a SPIN encoding holds 'inducing_points', got keys {sorted(tensors)}")
+    def state_from_tensors(self, tensors: dict[str, Tensor]) -> Any:
+        """Inverse of :meth:`state_to_tensors`; checks the shapes against this model."""
+        expected_keys = {"inducing_points", *(("rows",) if self.row_reader is not None else ())}
+        if set(tensors) != expected_keys:
+            raise ValueError(
+                f"this SPIN's encoding holds {sorted(expected_keys)}, got keys {sorted(tensors)}"
+            )
         points = tensors["inducing_points"]
         expected = (self.config.n_inducing, self.n_latents, self.config.d_embedding)
         if tuple(points.shape) != expected:
@@ -385,15 +470,30 @@ class SPIN(nn.Module):
             )
         h, f, e = points.shape
         # keep the saved dtype: a float64 encoding must stay float64 for float64 prediction
-        return points.reshape(1, h, f * e).to(self.inducing_points.device)
+        h_d = points.reshape(1, h, f * e).to(self.inducing_points.device)
+        if self.row_reader is None:
+            return h_d
+        rows = tensors["rows"]
+        if tuple(rows.shape[1:]) != (f, e):
+            raise ValueError(f"rows has shape {tuple(rows.shape)}, this model expects (n, {f}, {e})")
+        return h_d, rows.reshape(1, len(rows), f * e).to(self.inducing_points.device)
 
     @torch.no_grad()
     def attention_to_inducing_points(self, values: Tensor, hidden: Tensor, state: Tensor) -> Tensor:
         """Predictor attention of each query row over the h inducing points, averaged over heads:
         ``(b, h)``, rows summing to 1 (the paper's appendix A.8 maps)."""
-        state = state.to(self.inducing_points.device, self.inducing_points.dtype)
-        weights = self.predictor.weights(self._query_tokens(self._embed(values, hidden)), state)
+        h_d, rows = self._state(state)
+        weights = self.predictor.weights(self._predictor_queries(self._embed(values, hidden), rows), h_d)
         return weights.mean(dim=1)[0]  # (1, heads, b, h) -> (b, h)
+
+    def _predictor_queries(self, d_emb: Tensor, rows: Tensor | None, exclude_self: bool = False) -> Tensor:
+        """The predictor's queries for rows ``(b, d, e)``: their tokens (:meth:`_query_tokens`),
+        plus what they read from the context rows ``rows`` (``predictor_rows``), projected."""
+        queries = self._query_tokens(d_emb)
+        if rows is None or (exclude_self and d_emb.shape[0] < 2):  # one row: no other to read
+            return queries
+        assert self.read_projection is not None
+        return queries + self.read_projection(self._read_rows(d_emb, rows, exclude_self))
 
     @torch.no_grad()
     def attention_maps(
@@ -409,11 +509,21 @@ class SPIN(nn.Module):
         one ``(heads, h, n_ctx)`` per encoder layer (XABD: each inducing point over the rows), and
         ``"composed"`` ``(b, n_ctx)``: query -> inducing points -> rows, the predictor's weights
         (mean over heads) times the XABD weights (mean over heads and layers), rows summing to 1.
+        With ``predictor_rows`` also ``"read_rows"`` ``(b, heads, n_ctx)``, the row reader's
+        weights over the context rows (the encoding's rows: they are the context's), and
+        ``"composed"`` is the mean of both routes by which a prediction reads the rows (the
+        direct one, mean over heads, and the one through the inducing points).
         The context is encoded in one pass here (memory O(n_ctx * d * e))."""
-        state = state.to(self.inducing_points.device, self.inducing_points.dtype)
+        h_d, read = self._state(state)
         d_emb = self._embed(values, hidden)
-        predictor = self.predictor.weights(self._query_tokens(d_emb), state)[0].transpose(0, 1)
-        out: dict[str, Any] = {"inducing_points": predictor}
+        out: dict[str, Any] = {}
+        if read is not None:
+            assert self.row_reader is not None
+            own = self._rows_at_layer(d_emb, len(self.layers) - 1)
+            weights = self.row_reader.weights(own.reshape(1, own.shape[0], -1), read)
+            out["read_rows"] = weights[0].transpose(0, 1)
+        predictor = self.predictor.weights(self._predictor_queries(d_emb, read), h_d)[0].transpose(0, 1)
+        out["inducing_points"] = predictor
         if context is None:
             return out
         if self.config.inference_latents == "learned":
@@ -431,4 +541,10 @@ class SPIN(nn.Module):
         out["rows"] = rows
         through = torch.stack([w.mean(0) for w in rows]).mean(0)  # (h, n_ctx)
         out["composed"] = predictor.mean(1) @ through
+        if read is not None:
+            if read.shape[1] != through.shape[1]:
+                raise ValueError(
+                    f"the encoding holds {read.shape[1]} rows, the context given {through.shape[1]}"
+                )
+            out["composed"] = 0.5 * (out["composed"] + out["read_rows"].mean(1))
         return out

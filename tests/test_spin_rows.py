@@ -1,0 +1,180 @@
+"""SPIN's optional row reader (``SPINConfig.predictor_rows``): the predictor also reads the
+context rows' latent encodings, so that a prediction can follow the labels of similar rows."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from semiparam import SPINConfig, SPINRegressor
+from semiparam.models.spin import SPIN
+from semiparam.nn.columns import ColumnLayout
+
+LAYOUT = ColumnLayout(("continuous", "categorical", "continuous", "continuous"), (0, 3, 0, 0))
+
+
+def _table(n: int, seed: int = 0, p_hidden: float = 0.25) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    values = torch.randn(n, 4, generator=g)
+    values[:, 1] = torch.randint(0, 3, (n,), generator=g).float()
+    return values, torch.rand(n, 4, generator=g) < p_hidden
+
+
+def _model(**overrides) -> SPIN:
+    torch.manual_seed(0)
+    options = dict(
+        d_embedding=8, n_heads=2, n_blocks=2, n_inducing=5, n_latent_attributes=3, predictor_rows=True
+    )
+    options.update(overrides)
+    return SPIN(SPINConfig(**options), LAYOUT).eval()
+
+
+def _close(a, b, atol=1e-5):
+    torch.testing.assert_close(a.continuous, b.continuous, atol=atol, rtol=atol)
+    for x, y in zip(a.categorical, b.categorical, strict=True):
+        torch.testing.assert_close(x, y, atol=atol, rtol=atol)
+
+
+def test_off_by_default_and_the_encoding_then_holds_the_inducing_points_alone():
+    assert SPINConfig().predictor_rows is False and SPINConfig.cpu().predictor_rows is False
+    plain = _model(predictor_rows=False)
+    assert plain.row_reader is None and plain.read_projection is None
+    values, hidden = _table(9)
+    assert isinstance(plain.encode_context(values, hidden), torch.Tensor)
+    # a config that leaves it off fingerprints as before it existed (older checkpoints resume)
+    assert "predictor_rows" not in SPINConfig.cpu().fingerprint_dict()
+    assert SPINConfig(predictor_rows=True).fingerprint_dict()["predictor_rows"] is True
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 7, 1000])
+def test_the_encoding_holds_one_token_per_row_streamed_or_not(chunk_rows):
+    model = _model()
+    values, hidden = _table(40, seed=3)
+    h_d, rows = model.encode_context(values, hidden, chunk_rows=chunk_rows)
+    assert h_d.shape == (1, 5, 3 * 8) and rows.shape == (1, 40, 3 * 8)
+    one_h, one_rows = model._encode_embedded(model._embed(values, hidden))
+    torch.testing.assert_close(h_d, one_h, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(rows, one_rows, atol=1e-6, rtol=1e-5)
+
+
+def test_training_pass_equals_encoding_then_queries_and_queries_stay_independent():
+    model = _model()
+    values, hidden = _table(50)
+    is_query = torch.arange(50) >= 35
+    full = model(values, hidden, is_query=is_query)
+    state = model.encode_context(values[~is_query], hidden[~is_query], chunk_rows=6)
+    _close(full.rows(is_query), model.forward_queries(values[is_query], hidden[is_query], state))
+    alone = model.forward_queries(values[35:36], hidden[35:36], state)
+    _close(model.forward_queries(values[35:], hidden[35:], state).rows(slice(0, 1)), alone)
+    # permuting the context rows permutes nothing in the predictions (a set function)
+    perm = torch.randperm(35, generator=torch.Generator().manual_seed(2))
+    shuffled = model.encode_context(values[:35][perm], hidden[:35][perm])
+    _close(
+        model.forward_queries(values[35:], hidden[35:], shuffled),
+        model.forward_queries(values[35:], hidden[35:], state),
+    )
+
+
+def test_a_row_never_reads_itself_in_training():
+    """Without ``is_query`` every row is a query and a context row at once: row i reads the others."""
+    model = _model()
+    values, hidden = _table(12)
+    d_emb = model._embed(values, hidden)
+    _, rows = model._encode_embedded(d_emb)
+    read = model._read_rows(d_emb, rows, exclude_self=True)
+    for i in (0, 5, 11):
+        others = torch.cat([rows[:, :i], rows[:, i + 1 :]], dim=1)
+        torch.testing.assert_close(
+            read[:, i], model._read_rows(d_emb[i : i + 1], others)[:, 0], atol=1e-6, rtol=1e-5
+        )
+    one = model(values[:1], hidden[:1])  # one row: nothing else to read, and no NaN
+    assert torch.isfinite(one.continuous).all()
+
+
+def test_no_label_leakage_and_a_context_label_moves_the_prediction():
+    model = _model()
+    values, hidden = _table(40, p_hidden=0.0)
+    hidden[30:, 1] = True  # the categorical column plays the label, hidden for the queries
+    is_query = torch.arange(40) >= 30
+    base = model(values, hidden, is_query=is_query)
+    leaked = values.clone()
+    leaked[30:, 1] = (leaked[30:, 1] + 1) % 3
+    _close(base, model(leaked, hidden, is_query=is_query))
+    relabelled = values.clone()
+    relabelled[:30, 1] = (relabelled[:30, 1] + 1) % 3
+    assert (
+        model(relabelled, hidden, is_query=is_query).continuous[is_query] - base.continuous[is_query]
+    ).abs().max() > 1e-4
+
+
+def test_state_tensors_round_trip_and_refuse_an_encoding_of_the_other_kind():
+    model = _model()
+    values, hidden = _table(25)
+    state = model.encode_context(values, hidden)
+    tensors = model.state_to_tensors(state)
+    assert sorted(tensors) == ["inducing_points", "rows"] and tensors["rows"].shape == (25, 3, 8)
+    h_d, rows = model.state_from_tensors(tensors)
+    torch.testing.assert_close(h_d, state[0])
+    torch.testing.assert_close(rows, state[1])
+    with pytest.raises(ValueError, match="holds \\['inducing_points', 'rows'\\]"):
+        model.state_from_tensors({"inducing_points": tensors["inducing_points"]})
+    plain = _model(predictor_rows=False)
+    with pytest.raises(ValueError, match="does not read them"):
+        plain.forward_queries(values, hidden, state)
+    with pytest.raises(ValueError, match="has no context-row tokens"):
+        model.forward_queries(values, hidden, state[0])
+    with pytest.raises(ValueError, match="inference_latents='learned'"):
+        _model(inference_latents="learned").encode_context(values, hidden)
+
+
+def test_attention_maps_name_the_rows_read():
+    model = _model()
+    values, hidden = _table(20)
+    state = model.encode_context(values, hidden)
+    maps = model.attention_maps(values[:4], hidden[:4], state, context=(values, hidden))
+    assert maps["read_rows"].shape == (4, 2, 20) and maps["inducing_points"].shape == (4, 2, 5)
+    torch.testing.assert_close(maps["read_rows"].sum(-1), torch.ones(4, 2))
+    torch.testing.assert_close(maps["composed"].sum(-1), torch.ones(4))
+    with pytest.raises(ValueError, match="the encoding holds 20 rows, the context given 5"):
+        model.attention_maps(values[:4], hidden[:4], state, context=(values[:5], hidden[:5]))
+
+
+def test_an_estimator_with_the_row_reader_saves_its_encoding_and_follows_a_new_context(tmp_path):
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame(rng.normal(size=(60, 3)), columns=["a", "b", "c"])
+    y = X["a"].to_numpy() + 0.1 * rng.normal(size=60)
+    options = {"d_embedding": 8, "n_heads": 2, "predictor_rows": True}
+    reg = SPINRegressor(n_estimators=1, max_steps=15, model_options=options, random_state=0, verbose=False)
+    with pytest.warns(UserWarning, match="below min_steps"):
+        reg.fit(X, y)
+    before = reg.predict(X)
+    loaded = SPINRegressor.load(reg.save(tmp_path / "spin"))
+    np.testing.assert_array_equal(loaded.predict(X), before)
+    loaded.set_context(X, -y)
+    assert not np.allclose(loaded.predict(X), before)
+
+
+def test_spin_with_the_row_reader_reads_its_context_the_copy_of_a_query_and_its_label():
+    """Issue 49, item 4, for SPIN with the row reader and the training that teaches it to read
+    (twin noise, no plateau stop before step 150; ``benchmarks/context_use.py``'s
+    ``spin_read_rows``): 150 rows twice, each pair with a random label unrelated to the
+    features, the queries copies of the rows. After ``set_context`` with new random labels for
+    the same rows its predictions follow the new labels (correlation >= 0.8), not the old, and
+    its attention ranks one of the query's copies first for at least 90% of the queries."""
+    rng = np.random.default_rng(1)
+    X = pd.DataFrame(rng.normal(size=(150, 5)), columns=[f"x{i}" for i in range(5)])
+    twice, y, y_new = pd.concat([X, X], ignore_index=True), rng.normal(size=150), rng.normal(size=150)
+    reg = SPINRegressor(
+        n_estimators=1,
+        model_options={"predictor_rows": True},
+        train_options={"twin_noise": 0.5, "min_steps": 150},
+        random_state=1,
+        verbose=False,
+    ).fit(twice, np.tile(y, 2))
+    ranked = reg.explain_rows(X, top_k=1, context=(twice, np.tile(y, 2)))
+    first = ranked[ranked["rank"] == 1].sort_values("row")["context_row"].to_numpy()
+    assert np.mean(first % 150 == np.arange(150)) >= 0.9
+    assert np.corrcoef(reg.predict(X), y)[0, 1] >= 0.8
+    reg.set_context(twice, np.tile(y_new, 2))
+    moved = reg.predict(X)
+    assert np.corrcoef(moved, y_new)[0, 1] >= 0.8 > 2 * np.corrcoef(moved, y)[0, 1]
