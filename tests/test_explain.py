@@ -7,6 +7,8 @@ from sklearn.exceptions import NotFittedError
 
 from semiparam import NPTClassifier, NPTRegressor, SPINClassifier, SPINRegressor, TablePredictor
 
+from .lookup import assert_reads_its_context, lookup_task
+
 TINY = {"d_embedding": 8, "n_heads": 2}
 
 
@@ -48,17 +50,9 @@ def test_default_npt_reads_its_context_the_copy_of_a_query_and_its_label():
     same rows its predictions follow the new labels (correlation >= 0.8), not the old, and its
     (cosine) row attention ranks one of the query's copies first for at least 90% of the queries
     (``benchmarks/context_use.py`` over three seeds, one member and the default ensemble)."""
-    rng = np.random.default_rng(1)
-    X = pd.DataFrame(rng.normal(size=(150, 5)), columns=[f"x{i}" for i in range(5)])
-    twice, y, y_new = pd.concat([X, X], ignore_index=True), rng.normal(size=150), rng.normal(size=150)
+    X, twice, y, y_new = lookup_task(seed=1)
     reg = NPTRegressor(random_state=1, verbose=False).fit(twice, np.tile(y, 2))
-    ranked = reg.explain_rows(X, top_k=1)
-    first = ranked[ranked["rank"] == 1].sort_values("row")["context_row"].to_numpy()
-    assert np.mean(first % 150 == np.arange(150)) >= 0.9
-    assert np.corrcoef(reg.predict(X), y)[0, 1] >= 0.8
-    reg.set_context(twice, np.tile(y_new, 2))
-    moved = reg.predict(X)
-    assert np.corrcoef(moved, y_new)[0, 1] >= 0.8 > 2 * np.corrcoef(moved, y)[0, 1]
+    assert_reads_its_context(reg, X, twice, y, y_new)
 
 
 # -- each method on tiny tables --------------------------------------------------------------------

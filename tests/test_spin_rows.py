@@ -10,6 +10,8 @@ from semiparam import SPINConfig, SPINRegressor
 from semiparam.models.spin import SPIN
 from semiparam.nn.columns import ColumnLayout
 
+from .lookup import assert_reads_its_context, lookup_task
+
 LAYOUT = ColumnLayout(("continuous", "categorical", "continuous", "continuous"), (0, 3, 0, 0))
 
 
@@ -161,9 +163,7 @@ def test_spin_with_the_row_reader_reads_its_context_the_copy_of_a_query_and_its_
     features, the queries copies of the rows. After ``set_context`` with new random labels for
     the same rows its predictions follow the new labels (correlation >= 0.8), not the old, and
     its attention ranks one of the query's copies first for at least 90% of the queries."""
-    rng = np.random.default_rng(1)
-    X = pd.DataFrame(rng.normal(size=(150, 5)), columns=[f"x{i}" for i in range(5)])
-    twice, y, y_new = pd.concat([X, X], ignore_index=True), rng.normal(size=150), rng.normal(size=150)
+    X, twice, y, y_new = lookup_task(seed=1)
     reg = SPINRegressor(
         n_estimators=1,
         model_options={"predictor_rows": True},
@@ -171,10 +171,4 @@ def test_spin_with_the_row_reader_reads_its_context_the_copy_of_a_query_and_its_
         random_state=1,
         verbose=False,
     ).fit(twice, np.tile(y, 2))
-    ranked = reg.explain_rows(X, top_k=1, context=(twice, np.tile(y, 2)))
-    first = ranked[ranked["rank"] == 1].sort_values("row")["context_row"].to_numpy()
-    assert np.mean(first % 150 == np.arange(150)) >= 0.9
-    assert np.corrcoef(reg.predict(X), y)[0, 1] >= 0.8
-    reg.set_context(twice, np.tile(y_new, 2))
-    moved = reg.predict(X)
-    assert np.corrcoef(moved, y_new)[0, 1] >= 0.8 > 2 * np.corrcoef(moved, y)[0, 1]
+    assert_reads_its_context(reg, X, twice, y, y_new, context=(twice, np.tile(y, 2)))
