@@ -502,11 +502,8 @@ class EnsembleLearner:
         assert self.encoder is not None
         # one stack per model family (a stack is one architecture), the families one after the
         # other, each with its share of a time budget
-        families: dict[str, list[TableLearner]] = {}
-        for member in self.members:
-            families.setdefault(member.model_name, []).append(member)
         budget = self.train_config.time_budget
-        for group in families.values():
+        for group in self.families().values():
             config = group[0].train_config
             if budget is not None:  # the members of a stack train at once: the stack's share each
                 config = config.replace(time_budget=budget * len(group) / len(self.members))

@@ -436,7 +436,7 @@ class SPIN(nn.Module):
                 if index == len(self.layers) - 1 and self.row_reader is not None:
                     rows.append(h_a.reshape(1, c, f * e))
             h_d = stream.result()
-        return self._encoding(h_d, torch.cat(rows, dim=1) if rows else h_d)
+        return self._encoding(h_d, torch.cat(rows, dim=1)) if rows else h_d
 
     def forward_queries(self, values: Tensor, hidden: Tensor, state: Tensor) -> ColumnOutputs:
         """Predict query rows ``(b, d)`` from an encoding ``state`` (see :meth:`encode_context`);

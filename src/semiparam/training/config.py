@@ -303,7 +303,7 @@ class PredictionSettings(FrozenConfig):
     def validate(self) -> None:
         super().validate()
         _counts(self, "max_context_rows", "predict_batch_size")
-        if isinstance(self.ensemble_selection, bool) or self.ensemble_selection < 0:
+        if self.ensemble_selection < 0:  # a bool is refused as not an int before this
             raise ConfigError(f"ensemble_selection must be an integer >= 0, got {self.ensemble_selection!r}")
         if not 0.0 < self.min_temperature < self.MAX_TEMPERATURE:
             raise ConfigError(
