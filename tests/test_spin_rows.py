@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 import torch
 
-from semiparam import SPINConfig, SPINRegressor
+from semiparam import SPINClassifier, SPINConfig, SPINRegressor, TrainConfig
+from semiparam._config import ConfigError
 from semiparam.models.spin import SPIN
 from semiparam.nn.columns import ColumnLayout
 
@@ -38,14 +39,59 @@ def _close(a, b, atol=1e-5):
 
 
 def test_off_by_default_and_the_encoding_then_holds_the_inducing_points_alone():
-    assert SPINConfig().predictor_rows is False and SPINConfig.cpu().predictor_rows is False
-    plain = _model(predictor_rows=False)
-    assert plain.row_reader is None and plain.read_projection is None
+    assert SPINConfig().predictor_rows is False and SPINConfig.cpu().predictor_rows == "twins"
+    for off in (False, "twins"):  # "twins" unresolved (no table seen) builds no reader
+        plain = _model(predictor_rows=off)
+        assert plain.row_reader is None and plain.read_projection is None
     values, hidden = _table(9)
     assert isinstance(plain.encode_context(values, hidden), torch.Tensor)
     # a config that leaves it off fingerprints as before it existed (older checkpoints resume)
-    assert "predictor_rows" not in SPINConfig.cpu().fingerprint_dict()
+    assert "predictor_rows" not in SPINConfig().fingerprint_dict()
     assert SPINConfig(predictor_rows=True).fingerprint_dict()["predictor_rows"] is True
+    with pytest.raises(ConfigError, match="predictor_rows"):
+        SPINConfig(predictor_rows="always")
+
+
+def _members(reg) -> list:
+    return reg.learner_.members
+
+
+def test_the_default_reads_rows_only_where_the_table_holds_twins_and_a_continuous_target(tmp_path):
+    """SPIN's cpu preset (``predictor_rows="twins"``, ``twin_min_steps=150``): each fit fixes the
+    row reader on or off from the whole table, every member alike, and saves it so."""
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame(rng.normal(size=(40, 3)), columns=["a", "b", "c"])
+    y = X["a"].to_numpy() + 0.1 * rng.normal(size=40)
+    twice = pd.concat([X, X], ignore_index=True)
+    kwargs = dict(n_estimators=2, max_steps=12, model_options={"d_embedding": 8}, verbose=False)
+    with pytest.warns(UserWarning, match="below min_steps"):
+        with_twins = SPINRegressor(**kwargs, random_state=0).fit(twice, np.tile(y, 2))
+        without = SPINRegressor(**kwargs, random_state=0).fit(X, y)
+        labels = np.tile(np.where(y > 0, "up", "down"), 2)
+        classes = SPINClassifier(**kwargs, random_state=0).fit(twice, labels)
+    assert all(m.model_config.predictor_rows is True for m in _members(with_twins))
+    for member in _members(without) + _members(classes):  # no twins, or a categorical target
+        assert member.model_config.predictor_rows is False
+        # nothing for twin noise to move: saved as what it did, as before it existed
+        assert member.train_config.twin_noise == 0 and member.train_config.twin_min_steps == 0
+    assert _members(without)[0].module.row_reader is None
+    loaded = SPINRegressor.load(with_twins.save(tmp_path / "twins"))
+    assert all(m.model_config.predictor_rows is True for m in _members(loaded))
+    np.testing.assert_array_equal(loaded.predict(X), with_twins.predict(X))
+    # where twins exist, no plateau stop before twin_min_steps (up to max_steps); a member
+    # fitted alone fixes the same as members trained together
+    floor = {**kwargs, "n_estimators": 1, "train_options": {"min_steps": 5, "twin_min_steps": 30}}
+    for steps, (table, labels), expected in [
+        (40, (twice, np.tile(y, 2)), 30),
+        (20, (twice, np.tile(y, 2)), 20),
+        (40, (X, y), 5),
+    ]:
+        member = _members(SPINRegressor(**{**floor, "max_steps": steps}).fit(table, labels))[0]
+        assert member.train_config.min_steps == expected
+        assert member.model_config.predictor_rows is (expected != 5)
+    assert TrainConfig.spin_cpu().twin_min_steps == 150 and TrainConfig.cpu().twin_min_steps == 0
+    with pytest.raises(ConfigError, match="twin_min_steps"):
+        TrainConfig(twin_min_steps=-1)
 
 
 @pytest.mark.parametrize("chunk_rows", [1, 7, 1000])
@@ -156,19 +202,14 @@ def test_an_estimator_with_the_row_reader_saves_its_encoding_and_follows_a_new_c
     assert not np.allclose(loaded.predict(X), before)
 
 
-def test_spin_with_the_row_reader_reads_its_context_the_copy_of_a_query_and_its_label():
-    """Issue 49, item 4, for SPIN with the row reader and the training that teaches it to read
-    (twin noise, no plateau stop before step 150; ``benchmarks/context_use.py``'s
-    ``spin_read_rows``): 150 rows twice, each pair with a random label unrelated to the
-    features, the queries copies of the rows. After ``set_context`` with new random labels for
-    the same rows its predictions follow the new labels (correlation >= 0.8), not the old, and
-    its attention ranks one of the query's copies first for at least 90% of the queries."""
+def test_default_spin_reads_its_context_the_copy_of_a_query_and_its_label():
+    """Issue 49, item 4, for SPINRegressor at its defaults (one member; the table holds twins,
+    so the row reader is on, with twin noise and no plateau stop before step 150;
+    ``benchmarks/context_use.py``'s ``spin_default``): 150 rows twice, each pair with a random
+    label unrelated to the features, the queries copies of the rows. After ``set_context`` with
+    new random labels for the same rows its predictions follow the new labels (correlation >=
+    0.8), not the old, and its attention ranks one of the query's copies first for at least 90%
+    of the queries."""
     X, twice, y, y_new = lookup_task(seed=1)
-    reg = SPINRegressor(
-        n_estimators=1,
-        model_options={"predictor_rows": True},
-        train_options={"twin_noise": 0.5, "min_steps": 150},
-        random_state=1,
-        verbose=False,
-    ).fit(twice, np.tile(y, 2))
+    reg = SPINRegressor(n_estimators=1, random_state=1, verbose=False).fit(twice, np.tile(y, 2))
     assert_reads_its_context(reg, X, twice, y, y_new, context=(twice, np.tile(y, 2)))

@@ -504,6 +504,9 @@ class EnsembleLearner:
         # other, each with its share of a time budget
         budget = self.train_config.time_budget
         for group in self.families().values():
+            for member in group:  # on the whole table, so the members of a stack agree
+                member.encoder = self.encoder
+                member.fix_for_table(enc)
             config = group[0].train_config
             if budget is not None:  # the members of a stack train at once: the stack's share each
                 config = config.replace(time_budget=budget * len(group) / len(self.members))

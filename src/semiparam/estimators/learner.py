@@ -63,6 +63,7 @@ from ._sampling import (
     permute_targets,
     split_validation,
     stratified_order,
+    twin_groups,
 )
 from .model_dir import SavedModel, module_tensors, read_model_dir, save_model_dir
 
@@ -315,6 +316,8 @@ class TableLearner:
         raises :class:`FileExistsError` unless ``resume``, which continues it (to the result of
         an uninterrupted fit with the same seed) or starts afresh when there is none. A checkpoint
         of other data, settings or seed raises ``CheckpointMismatchError``."""
+        self.encoder = encoder
+        self.fix_for_table(enc)
         cfg = self.train_config
         setup = self.training_setup(encoder, enc, enc_u)
         checkpoint, state = None, None
@@ -356,6 +359,43 @@ class TableLearner:
         self.history = trainer.fit(setup.sampler, setup.evaluate, checkpoint=checkpoint, resume=state)
         self.finish_fit(setup, enc)
         return self
+
+    def twin_noise_acts(self, enc: EncodedTable) -> bool:
+        """Whether twin noise (``TrainConfig.twin_noise``) acts on the table ``enc`` under this
+        learner's settings: masked reconstruction that shows labels, a continuous target and two
+        or more rows of the same features (:func:`._sampling.twin_groups`, over all of its rows,
+        so that members of other validation splits agree)."""
+        cfg, schema = self.train_config, self.schema
+        if not (cfg.twin_noise > 0 and cfg.p_target < 1 and schema.targets):
+            return False
+        if cfg.training_task != "masked":
+            return False
+        cards = schema.layout().cardinalities
+        continuous = [j for j in schema.target_indices if int(cards[j]) == 0]
+        if not continuous:
+            return False
+        values, missing = torch.as_tensor(enc.values), torch.as_tensor(enc.missing)
+        labelled = torch.ones(len(values), dtype=torch.bool)
+        return twin_groups(values, missing, labelled, schema.target_indices) is not None
+
+    def fix_for_table(self, enc: EncodedTable) -> None:
+        """Fix the settings that depend on the table fitted, before its training, so that they
+        are saved as they acted: where twin noise acts (:meth:`twin_noise_acts`) the model's
+        ``predictor_rows="twins"`` becomes True and ``min_steps`` at least ``twin_min_steps`` (up
+        to ``max_steps``); elsewhere ``"twins"`` becomes False, and ``twin_noise`` and
+        ``twin_min_steps``, which do nothing there, become 0 (so a checkpoint of such a fit made
+        before them resumes). Called once per fit, by :meth:`fit_encoded` and by an ensemble
+        training its members together."""
+        cfg = self.train_config
+        acts = self.twin_noise_acts(enc)
+        if getattr(self.model_config, "predictor_rows", None) == "twins":
+            self.model_config = self.model_config.replace(predictor_rows=acts)
+        floor = min(cfg.twin_min_steps, cfg.max_steps)  # a shorter fit asked for stays short
+        if acts and floor > cfg.min_steps:
+            self.train_config = cfg.replace(min_steps=floor)
+        elif not acts and (cfg.twin_noise or cfg.twin_min_steps):
+            # settings that cannot act on this table, saved (and fingerprinted) as what they did
+            self.train_config = cfg.replace(twin_noise=0.0, twin_min_steps=0)
 
     def training_setup(
         self, encoder: TableEncoder, enc: EncodedTable, enc_u: EncodedTable | None

@@ -97,13 +97,20 @@ class SPINConfig(AttentionSettings, InputSettings):
     # lookup, as NPT's cpu preset's row attention; a query never reads its own row), and what it
     # reads, projected to the query token's width, is added to the token before its
     # cross-attention to the inducing points. The reference code's optional decoder
-    # cross-attention to H_A (spec 1.5 and 9.20, off by default there as here) is the idea; the
+    # cross-attention to H_A (spec 1.5 and 9.20, off by default there) is the idea; the
     # cosine lookup from the query's own latents is this library's. A prediction can then read a
     # similar row's label, which the h inducing points cannot hold for every row, so what it
     # predicts follows a changed context (issue 49 item 4, with TrainConfig.twin_noise). The
     # encoding then keeps one token per context row (not its cells) and a prediction costs O(n)
     # per query row (spec 1.7: "if the optional predictor cross-attention is used").
-    predictor_rows: bool = False
+    # "twins": the row reader only where the table fitted holds twins (rows of the same
+    # features) and twin noise acts on its continuous target (TrainConfig.twin_noise), fixed to
+    # True or False when the table learner sees the table (TableLearner.fix_for_table), and
+    # saved so. NOTE[DIFF]: on the development suite's tables without twins the reader read
+    # neighbours where no copy exists and cost small smooth tables (yacht) much of their score
+    # (benchmarks/results/spin_read_rows); where twins exist, their shifted labels make reading
+    # them the way to predict. A module built with "twins" unresolved has no reader.
+    predictor_rows: bool | Literal["twins"] = False
 
     LATER_FIELDS = ("n_bins", "predictor_rows")  # added after fits were first checkpointed (FrozenConfig)
 
@@ -134,7 +141,9 @@ class SPINConfig(AttentionSettings, InputSettings):
         """Small enough to train on a laptop CPU in seconds: e=16 (capped so that the
         predictor's row token has at most 128 channels, as NPT's cpu preset), h=f=10, one
         encoder block (XABA, XABD, ABLA), 4 heads over rows and inducing points and one within a
-        row, feed-forwards of twice the width, periodic numeric embeddings as NPT's cpu preset.
+        row, feed-forwards of twice the width, periodic numeric embeddings as NPT's cpu preset;
+        the predictor reads the context rows where the table holds twins (``predictor_rows=
+        "twins"``, with ``TrainConfig.spin_cpu``'s twin noise: issue 49 item 4).
 
         NOTE[DIFF]: the paper keeps e fixed, uses 4x feed-forwards and 2 blocks ("depth 4") on
         its small tables. On a wide table the predictor (query rows of width d*e against the
@@ -150,6 +159,7 @@ class SPINConfig(AttentionSettings, InputSettings):
             ff_multiplier=2,
             column_heads=1,
             n_blocks=1,
+            predictor_rows="twins",
         )
 
     @classmethod
@@ -281,10 +291,10 @@ class SPIN(nn.Module):
             attention_block(
                 config, self.n_latents * e, config.n_heads, "row", cross=True, similarity="cosine"
             )
-            if config.predictor_rows
+            if config.predictor_rows is True
             else None
         )
-        self.read_projection = nn.Linear(self.n_latents * e, d * e) if config.predictor_rows else None
+        self.read_projection = nn.Linear(self.n_latents * e, d * e) if config.predictor_rows is True else None
         # Predictor: query rows (width d*e) cross-attend to the inducing points (width f*e).
         self.predictor = attention_block(
             config, d * e, config.n_heads, "column", cross=True, kv_width=self.n_latents * e

@@ -214,12 +214,19 @@ class MaskingSettings(FrozenConfig):
     # categorical targets. 0: the papers' training. A step without twins trains exactly as without
     # it (no draw is made); with p_target = 1 no label is ever shown, so it does nothing
     twin_noise: float = 0.0
+    # where twin noise acts (the fitted table holds twins and a continuous target), no plateau
+    # stop before this step (the larger of it and min_steps; 0: min_steps alone). A model whose
+    # reading of a twin's label comes after a first plateau of the validation loss (SPIN's row
+    # reader) would otherwise stop before it (TableLearner.fix_for_table)
+    twin_min_steps: int = 0
 
     def validate(self) -> None:
         super().validate()
         for name in ("tradeoff_start", "label_smoothing", "lookup_pairs", "twin_noise"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.twin_min_steps < 0:
+            raise ConfigError(f"twin_min_steps must be >= 0, got {self.twin_min_steps}")
         _counts(self, "tradeoff_steps", optional=True)
         if self.lookup_every < 0 or self.lookup_every == 1:
             raise ConfigError(
@@ -415,7 +422,7 @@ class TrainConfig(  # a dataclass puts its last base's fields first: schedule, o
     )
     NEURAL_PROCESS_ONLY = (*NeuralProcessSettings.field_names(), "lr_drops", "drop_factor")
     # fields added after table fits were first checkpointed (FrozenConfig.fingerprint_dict)
-    LATER_FIELDS = (*NEURAL_PROCESS_ONLY, "lookup_every", "twin_noise")
+    LATER_FIELDS = (*NEURAL_PROCESS_ONLY, "lookup_every", "twin_noise", "twin_min_steps")
     # fields that act only after training (on the fitted model): a checkpoint resumes whatever
     # they are, so they never enter its fingerprint
     AFTER_TRAINING = ("min_temperature", "ensemble_selection")
@@ -561,9 +568,14 @@ class TrainConfig(  # a dataclass puts its last base's fields first: schedule, o
         --models spin --set spin.train_options.p_feature=0.15`` beside the default), where the
         lower rate won most of the paired splits, most of all on the regression tables.
 
-        No twin noise (NPT's ``twin_noise``): SPIN's predictor reads its inducing points, not the
-        rows, so it cannot read a twin's label and the noise would be noise only."""
-        return cls.cpu().replace(tradeoff_start=0.5, anneal_fraction=0.3, twin_noise=0.0)
+        Twin noise as NPT's (``twin_noise=0.5``, issue 49 item 4): on a table with twins (rows of
+        the same features) and a continuous target, SPIN's cpu preset reads the context rows
+        (``SPINConfig.predictor_rows="twins"``), so a twin's shifted label can be read, and trains
+        at least 150 steps there (``twin_min_steps``): on the lookup check the row reader learnt
+        to read the twin only after a first plateau of the validation loss, and a floor of 50
+        stopped it there (``benchmarks/results/context_use_spin_rows``). A table without twins,
+        or with a categorical target, trains exactly as without them."""
+        return cls.cpu().replace(tradeoff_start=0.5, anneal_fraction=0.3, twin_noise=0.5, twin_min_steps=150)
 
     @classmethod
     def spin_paper_small(cls) -> TrainConfig:
