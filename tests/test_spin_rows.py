@@ -8,6 +8,7 @@ import torch
 
 from semiparam import SPINClassifier, SPINConfig, SPINRegressor, TrainConfig
 from semiparam._config import ConfigError
+from semiparam.estimators import learner as learner_module
 from semiparam.models.spin import SPIN
 from semiparam.nn.columns import ColumnLayout
 
@@ -56,7 +57,9 @@ def _members(reg) -> list:
     return reg.learner_.members
 
 
-def test_the_default_reads_rows_only_where_the_table_holds_twins_and_a_continuous_target(tmp_path):
+def test_the_default_reads_rows_only_where_the_table_holds_twins_and_a_continuous_target(
+    tmp_path, monkeypatch
+):
     """SPIN's cpu preset (``predictor_rows="twins"``, ``twin_min_steps=150``): each fit fixes the
     row reader on or off from the whole table, every member alike, and saves it so."""
     rng = np.random.default_rng(0)
@@ -90,6 +93,11 @@ def test_the_default_reads_rows_only_where_the_table_holds_twins_and_a_continuou
         assert member.train_config.min_steps == expected
         assert member.model_config.predictor_rows is (expected != 5)
     assert TrainConfig.spin_cpu().twin_min_steps == 150 and TrainConfig.cpu().twin_min_steps == 0
+    # a table of more rows than the reader's limit keeps SPIN's encoding of h inducing points
+    monkeypatch.setattr(learner_module, "TWINS_READER_MAX_ROWS", len(twice) - 1)
+    member = _members(SPINRegressor(**{**floor, "max_steps": 40}).fit(twice, np.tile(y, 2)))[0]
+    assert member.model_config.predictor_rows is False and member.module.row_reader is None
+    assert member.train_config.twin_noise == 0 and member.train_config.min_steps == 5
     with pytest.raises(ConfigError, match="twin_min_steps"):
         TrainConfig(twin_min_steps=-1)
 

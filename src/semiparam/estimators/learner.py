@@ -41,6 +41,7 @@ from .._config import ConfigError, FrozenConfig
 from .._io import available_device
 from ..data.table import DataValidationError, EncodedTable, TableEncoder, TableSchema
 from ..models.registry import get_model
+from ..models.spin import TWINS_READER_MAX_ROWS
 from ..nn.columns import CATEGORICAL, ColumnOutputs
 from ..nn.modes import set_training
 from ..training.checkpoint import TrainingCheckpoint, fingerprint
@@ -381,7 +382,9 @@ class TableLearner:
     def fix_for_table(self, enc: EncodedTable) -> None:
         """Fix the settings that depend on the table fitted, before its training, so that they
         are saved as they acted: where twin noise acts (:meth:`twin_noise_acts`) the model's
-        ``predictor_rows="twins"`` becomes True and ``min_steps`` at least ``twin_min_steps`` (up
+        ``predictor_rows="twins"`` becomes True (on tables of up to
+        :data:`~semiparam.models.spin.TWINS_READER_MAX_ROWS` rows; beyond them it becomes False
+        and twin noise does not act) and ``min_steps`` at least ``twin_min_steps`` (up
         to ``max_steps``); elsewhere ``"twins"`` becomes False, and ``twin_noise`` and
         ``twin_min_steps``, which do nothing there, become 0 (so a checkpoint of such a fit made
         before them resumes). Called once per fit, by :meth:`fit_encoded` and by an ensemble
@@ -389,7 +392,9 @@ class TableLearner:
         cfg = self.train_config
         acts = self.twin_noise_acts(enc)
         if getattr(self.model_config, "predictor_rows", None) == "twins":
+            acts = acts and len(enc.values) <= TWINS_READER_MAX_ROWS
             self.model_config = self.model_config.replace(predictor_rows=acts)
+            # without its reader SPIN's predictor reads no twin: the noise would be noise only
         floor = min(cfg.twin_min_steps, cfg.max_steps)  # a shorter fit asked for stays short
         if acts and floor > cfg.min_steps:
             self.train_config = cfg.replace(min_steps=floor)

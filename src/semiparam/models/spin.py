@@ -44,6 +44,12 @@ from ..nn.streaming import StreamingCrossAttention
 from .attention_settings import AttentionSettings, attention_block
 from .input_settings import InputSettings
 
+# SPINConfig.predictor_rows="twins" turns the row reader on for tables of at most this many rows:
+# the reader keeps one token per context row and a prediction reads all of them, while SPIN's
+# encoding of a larger table is otherwise its h inducing points alone (its point: linear in n,
+# encoded once), which a handful of duplicate rows should not give up
+TWINS_READER_MAX_ROWS = 50_000
+
 
 @dataclass(frozen=True)
 class SPINConfig(AttentionSettings, InputSettings):
@@ -109,7 +115,8 @@ class SPINConfig(AttentionSettings, InputSettings):
     # saved so. NOTE[DIFF]: on the development suite's tables without twins the reader read
     # neighbours where no copy exists and cost small smooth tables (yacht) much of their score
     # (benchmarks/results/spin_read_rows); where twins exist, their shifted labels make reading
-    # them the way to predict. A module built with "twins" unresolved has no reader.
+    # them the way to predict. Not on a table of more than TWINS_READER_MAX_ROWS rows. A module
+    # built with "twins" unresolved has no reader.
     predictor_rows: bool | Literal["twins"] = False
 
     LATER_FIELDS = ("n_bins", "predictor_rows")  # added after fits were first checkpointed (FrozenConfig)
