@@ -9,7 +9,11 @@ _SPIN_DOC = """
     inducing points, and the training rows are dropped. ``predict`` reads only the encoding (its
     cost does not depend on the training-set size); ``save`` writes only the encoding (the saved
     model holds no training row and does not grow with them); ``set_context(X, y)`` re-encodes new
-    labelled rows without retraining.
+    labelled rows without retraining. On a regression table with twins (rows of the same
+    features) of up to 50,000 rows the ``cpu`` preset's predictor also reads the context rows
+    (``SPINConfig.predictor_rows="twins"``): the encoding then keeps one latent token per row (not
+    its cells), so a prediction's cost and the saved model grow with the rows, and a prediction
+    follows a twin's label in a changed context.
 
     The encoder reads training labels, so SPIN trains with ``p_target < 1``: the share of labels
     hidden and scored at each step, the others being visible context (with ``p_target = 1`` the
