@@ -8,8 +8,10 @@ import pandas as pd
 import pytest
 
 from semiparam import ConfigError, TableClassifier, TableRegressor
-from semiparam.estimators._ensemble import MIN_SELECTION_ROWS, greedy_selection
+from semiparam.estimators._ensemble import MIN_SELECTION_ROWS, EnsembleLearner, Family, greedy_selection
 from semiparam.estimators.learner import HELD_OUT_FILE, TableLearner, prediction_loss
+from semiparam.models.npt import NPTConfig
+from semiparam.models.spin import SPINConfig
 from semiparam.training.config import TrainConfig
 
 TINY = {"d_embedding": 8, "n_heads": 2, "dropout": 0.0}
@@ -74,6 +76,19 @@ def test_the_spin_members_hold_out_the_rows_of_the_npt_members(regressor):
         np.testing.assert_array_equal(a.validation_index, b.validation_index)
         np.testing.assert_array_equal(a.held_out[TARGET]["rows"], a.validation_index)
     assert not np.array_equal(npt[0].validation_index, npt[1].validation_index)
+
+
+def test_a_member_beyond_the_first_familys_size_holds_out_rows_of_its_own():
+    # 1 NPT + 2 SPIN (model="auto" on a large table): the first SPIN member shares the NPT
+    # member's held-out rows, the second keeps a split of its own, so no two members of a family
+    # hold out the same rows
+    families = [Family("npt", NPTConfig(), TrainConfig(), 1), Family("spin", SPINConfig(), TrainConfig(), 2)]
+    learner = EnsembleLearner(
+        families[0].model_name, families[0].model_config, families[0].train_config,
+        n_members=1, more_families=families[1:], seed=0,
+    )  # fmt: skip
+    npt, spin_a, spin_b = learner.members
+    assert npt.split_seed is None and spin_a.split_seed == npt.seed and spin_b.split_seed is None
 
 
 def test_family_weights_are_the_greedy_selection_on_the_rows_both_families_held_out(regressor, frame):

@@ -163,17 +163,28 @@ def test_auto_rows_are_explained_by_the_members_that_keep_them(auto_classifier, 
     assert len(given) == 12
 
 
-def test_default_composition_two_members_of_each_family():
-    from semiparam.estimators.base import default_members
+def test_default_composition_follows_the_table_size():
+    from semiparam.estimators.base import AUTO_SMALL_TABLE_ROWS, default_members
 
-    assert [default_members("auto", "cpu", f) for f in ("npt", "spin")] == [2, 2]
-    # presets without a composition of their own: each family's own default
-    assert [default_members("auto", "small", f) for f in ("npt", "spin")] == [1, 1]
-    learner = TableRegressor(model_options=OPTIONS)._new_learner()
-    assert [m.model_name for m in learner.members] == ["npt", "npt", "spin", "spin"]
-    assert len({m.seed for m in learner.members}) == 4
+    small, large = AUTO_SMALL_TABLE_ROWS, AUTO_SMALL_TABLE_ROWS + 1
+    assert [default_members("auto", "cpu", f, small) for f in ("npt", "spin")] == [4, 2]
+    assert [default_members("auto", "cpu", f, large) for f in ("npt", "spin")] == [1, 2]
+    assert [default_members("auto", "cpu", f) for f in ("npt", "spin")] == [4, 2]  # size unknown: small
+    # presets without a composition of their own: each family's own default, whatever the size
+    assert [default_members("auto", "small", f, large) for f in ("npt", "spin")] == [1, 1]
+    # one family alone: its own count on any table
+    assert default_members("npt", "cpu", None, large) == default_members("npt", "cpu") == 3
+    learner = TableRegressor(model_options=OPTIONS)._new_learner(small)
+    assert [m.model_name for m in learner.members] == ["npt"] * 4 + ["spin"] * 2
+    assert len({m.seed for m in learner.members}) == 6
+    learner = TableRegressor(model_options=OPTIONS)._new_learner(large)
+    assert [m.model_name for m in learner.members] == ["npt", "spin", "spin"]
+    # n_estimators counts each family's members on any table
+    asked = TableRegressor(model_options=OPTIONS, n_estimators=2)._new_learner(large)
+    assert [m.model_name for m in asked.members] == ["npt", "npt", "spin", "spin"]
+    learner = TableRegressor(model_options=OPTIONS)._new_learner(small)
     # auto's members anneal for the shortest span; one family alone keeps its preset's anneal
-    assert [m.train_config.anneal_fraction for m in learner.members] == [0.0] * 4
+    assert [m.train_config.anneal_fraction for m in learner.members] == [0.0] * 6
     assert TableRegressor(model="npt").resolved_configs()[1].anneal_fraction == 0.2
     asked = TableRegressor(train_options={"anneal_fraction": 0.1})._new_learner()
     assert {m.train_config.anneal_fraction for m in asked.members} == {0.1}

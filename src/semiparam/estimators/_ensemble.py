@@ -207,14 +207,16 @@ class EnsembleLearner:
         if total > 1:
             for k, member in enumerate(self.members):
                 member.label = f"member {k + 1} of {total}"
-        # member k of every other family holds out the rows of the first family's member k (of
-        # k modulo its size): every family then predicts the rows they held out, from rows it
-        # did not train on, and select_weights weighs the families there
+        # member k of every other family holds out the rows of the first family's member k, where
+        # that family has a k-th member: every family then predicts the rows they held out, from
+        # rows it did not train on, and select_weights weighs the families there. A member
+        # beyond the first family's size keeps a split of its own (model="auto" on a large
+        # table: 1 NPT + 2 SPIN), so that no two members of one family hold out the same rows
         lead = self.members[: families[0].n_members]
         start = len(lead)
         for family in families[1:]:
-            for k, member in enumerate(self.members[start : start + family.n_members]):
-                member.split_seed = lead[k % len(lead)].seed
+            for member, leader in zip(self.members[start : start + family.n_members], lead, strict=False):
+                member.split_seed = leader.seed
             start += family.n_members
         self.encoder: TableEncoder | None = None
         self.history: EnsembleHistory | None = None

@@ -46,15 +46,24 @@ _DEFAULT_MEMBERS = {("spin", "cpu"): 3, ("npt", "cpu"): 3}
 
 
 # model="auto" (the recommended estimator): members of these families in one ensemble, by default
-# as many of each as _AUTO_MEMBERS says for the preset (else each family's own default). NOTE[DIFF]:
-# the papers train one model of one family. 2 NPT + 2 SPIN on the cpu preset: on the development
-# suite (32 tables x 3 splits; benchmarks/results/suite32/tabular_defaults.md, "Sub-ensembles of
-# auto") two members of each family won the most paired splits of the sub-ensembles of the same
-# fits. A fourth member costs about as much as each of the other three; the shorter anneal of
-# _AUTO_TRAIN pays for it within the fit-speed budget, and a third of each family would not fit.
+# as many of each as _AUTO_MEMBERS says for the preset and the table's size (else each family's
+# own default). NOTE[DIFF]: the papers train one model of one family. On the cpu preset the
+# composition follows the table's labelled rows:
+# - a small table (at most AUTO_SMALL_TABLE_ROWS rows, which trains in one full batch): 4 NPT +
+#   2 SPIN. On the development suite's small tables the members' errors are mostly variance (a
+#   single member stops on a validation split of a few dozen rows), and a second NPT member gained
+#   far more than a second SPIN member (benchmarks/results/suite32/tabular_defaults.md,
+#   "Sub-ensembles of auto" on the tables of at most 1,024 training rows, which lists the fits'
+#   i NPT + j SPIN views); their fits are cheap, so this is where members pay.
+# - a larger table (trained in batches): 1 NPT + 2 SPIN. There the members' errors are mostly
+#   shared (bias): the report's views on the larger tables move little with a second NPT member,
+#   and each member costs several times a small table's. The members dropped there pay for the
+#   ones added to the small tables within the fit-speed budget.
+# The previous default, 2 NPT + 2 SPIN on every table, is n_estimators=2.
 AUTO = "auto"
 AUTO_FAMILIES = ("npt", "spin")
-_AUTO_MEMBERS = {"cpu": {"npt": 2, "spin": 2}}
+AUTO_SMALL_TABLE_ROWS = 1024
+_AUTO_MEMBERS = {"cpu": {"small": {"npt": 4, "spin": 2}, "large": {"npt": 1, "spin": 2}}}
 # TrainConfig fields that model="auto" sets for its members where the preset would otherwise decide
 # (an argument or train_options entry still wins). NOTE[DIFF]: with four members the cpu preset's
 # anneal after the plateau (a share of the steps run: NPT 20%, SPIN 30%) is cut to its shortest
@@ -87,12 +96,16 @@ def canonical_model_options(
     return canonical_keys(config_cls, options, warn=warn, stacklevel=3)
 
 
-def default_members(model: str, preset: str, family: str | None = None) -> int:
+def default_members(model: str, preset: str, family: str | None = None, n_rows: int | None = None) -> int:
     """Ensemble members an estimator of ``model`` trains when ``n_estimators`` is None; for
-    ``model="auto"``, those of ``family``."""
+    ``model="auto"``, those of ``family`` on a table of ``n_rows`` labelled rows (None: a small
+    table; see ``AUTO_SMALL_TABLE_ROWS``)."""
     if model == AUTO:
         assert family is not None
-        return _AUTO_MEMBERS.get(preset, {}).get(family, default_members(family, preset))
+        if (sizes := _AUTO_MEMBERS.get(preset)) is None:
+            return default_members(family, preset)
+        small = n_rows is None or n_rows <= AUTO_SMALL_TABLE_ROWS
+        return sizes["small" if small else "large"][family]
     return _DEFAULT_MEMBERS.get((model, preset), 1)
 
 
@@ -194,7 +207,9 @@ class TableEstimatorMixin(BaseEstimator):
             verbose=self.verbose,
         )
 
-    def _new_learner(self) -> EnsembleLearner:
+    def _new_learner(self, n_rows: int | None = None) -> EnsembleLearner:
+        """The unfitted ensemble; ``n_rows``: the labelled rows it will train on, which choose
+        ``model="auto"``'s composition (:func:`default_members`)."""
         model = self._model_name
         if model != AUTO:
             try:
@@ -215,7 +230,7 @@ class TableEstimatorMixin(BaseEstimator):
         families = []
         for name in names:
             model_config, train_config = self._configs(name)
-            n = default_members(model, self.preset, name) if n_members is None else int(n_members)
+            n = default_members(model, self.preset, name, n_rows) if n_members is None else int(n_members)
             families.append(Family(name, model_config, train_config, n))
         seed = check_random_state(self.random_state).randint(0, 2**31 - 1)
         first = families[0]

@@ -94,7 +94,9 @@ class TableImputer(TransformerMixin, TableEstimatorMixin):
         frame = self._as_frame(X, reset=True)
         self.feature_columns_ = list(frame.columns)
         schema = infer_schema(frame, categorical=self._categorical_features(frame))
-        self.learner_ = self._new_learner().fit(frame, schema, checkpoint_dir=checkpoint_dir, resume=resume)
+        self.learner_ = self._new_learner(len(frame)).fit(
+            frame, schema, checkpoint_dir=checkpoint_dir, resume=resume
+        )
         return self
 
     def transform(self, X: Any) -> Any:
