@@ -144,6 +144,11 @@ def head_to_head_lines(cells: Cells, models: list[str], gbdt: list[str], title: 
     return section(title, [*columns, "tables"], rows, intro) if rows else []
 
 
+# the tables on which model="auto" trains its small-table composition (at most this many labelled
+# rows: semiparam.estimators.base.AUTO_SMALL_TABLE_ROWS); the sub-ensembles are shown on each side
+SMALL_TABLE_ROWS = 1024
+
+
 def composition_cells(cells: Cells) -> dict[tuple[str, str, int], dict[str, Any]]:
     """The sub-ensembles of the ``auto`` records (the first ``i`` NPT and ``j`` SPIN members of
     each fit, predicting alone) as cells of pseudo-models named ``"auto i+j"``."""
@@ -257,12 +262,18 @@ def build_report(cells: Cells, table_info: Mapping[str, Mapping] | None = None, 
         md += head_to_head_lines(cells, [m for m in models if m != "catboost"], gbdt)
         parts = composition_cells(cells)
         names = sorted({m for (_, m, _) in parts}, key=lambda m: tuple(map(int, m.split()[1].split("+"))))
-        title = "Sub-ensembles of auto: i NPT + j SPIN members of the same fits"
         intro = "`auto i+j`: the first i NPT and j SPIN members of each `auto` fit, predicting together "
         intro += "without the others (their fit time is not measured here), their ensemble weights "
-        intro += "renormalised; `auto 2+2 mean`: every member of the fit with the same weight (no ensemble "
-        intro += "selection). "
-        md += head_to_head_lines({**cells, **parts}, names, gbdt, title, intro)
+        intro += "renormalised; `auto I+J mean`: every member of the fit with the same weight (no ensemble "
+        intro += "selection). A view appears on the tables whose fits have that many members of each family. "
+        small = {t for (t, _, _), r in cells.items() if r.get("n_train", math.inf) <= SMALL_TABLE_ROWS}
+        for title, keep in (
+            (f"tables of at most {SMALL_TABLE_ROWS:,} training rows", lambda t: t in small),
+            (f"tables of more than {SMALL_TABLE_ROWS:,} training rows", lambda t: t not in small),
+        ):
+            chosen = {k: v for k, v in {**cells, **parts}.items() if keep(k[0])}
+            title = f"Sub-ensembles of auto on the {title}: i NPT + j SPIN members of the same fits"
+            md += head_to_head_lines(chosen, names, gbdt, title, intro)
 
     if classification := [t for t in tables if primary[t] == "log_loss"]:
 
