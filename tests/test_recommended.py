@@ -167,16 +167,16 @@ def test_default_composition_follows_the_table_size():
     from semiparam.estimators.base import AUTO_SMALL_TABLE_ROWS, default_members
 
     small, large = AUTO_SMALL_TABLE_ROWS, AUTO_SMALL_TABLE_ROWS + 1
-    assert [default_members("auto", "cpu", f, small) for f in ("npt", "spin")] == [4, 2]
+    assert [default_members("auto", "cpu", f, small) for f in ("npt", "spin")] == [3, 2]
     assert [default_members("auto", "cpu", f, large) for f in ("npt", "spin")] == [1, 2]
-    assert [default_members("auto", "cpu", f) for f in ("npt", "spin")] == [4, 2]  # size unknown: small
+    assert [default_members("auto", "cpu", f) for f in ("npt", "spin")] == [3, 2]  # size unknown: small
     # presets without a composition of their own: each family's own default, whatever the size
     assert [default_members("auto", "small", f, large) for f in ("npt", "spin")] == [1, 1]
     # one family alone: its own count on any table
     assert default_members("npt", "cpu", None, large) == default_members("npt", "cpu") == 3
     learner = TableRegressor(model_options=OPTIONS)._new_learner(small)
-    assert [m.model_name for m in learner.members] == ["npt"] * 4 + ["spin"] * 2
-    assert len({m.seed for m in learner.members}) == 6
+    assert [m.model_name for m in learner.members] == ["npt"] * 3 + ["spin"] * 2
+    assert len({m.seed for m in learner.members}) == 5
     learner = TableRegressor(model_options=OPTIONS)._new_learner(large)
     assert [m.model_name for m in learner.members] == ["npt", "spin", "spin"]
     # n_estimators counts each family's members on any table
@@ -184,7 +184,7 @@ def test_default_composition_follows_the_table_size():
     assert [m.model_name for m in asked.members] == ["npt", "npt", "spin", "spin"]
     learner = TableRegressor(model_options=OPTIONS)._new_learner(small)
     # auto's members anneal for the shortest span; one family alone keeps its preset's anneal
-    assert [m.train_config.anneal_fraction for m in learner.members] == [0.0] * 6
+    assert [m.train_config.anneal_fraction for m in learner.members] == [0.0] * 5
     assert TableRegressor(model="npt").resolved_configs()[1].anneal_fraction == 0.2
     asked = TableRegressor(train_options={"anneal_fraction": 0.1})._new_learner()
     assert {m.train_config.anneal_fraction for m in asked.members} == {0.1}

@@ -288,7 +288,7 @@ _PARAMS_DOC = """
 
 _MODEL_DOC = """
     The model is chosen by ``model``: ``"auto"`` (default) trains NPT and SPIN members together
-    in one ensemble (with the ``cpu`` preset 4 NPT + 2 SPIN on a table of at most 1,024 rows,
+    in one ensemble (with the ``cpu`` preset 3 NPT + 2 SPIN on a table of at most 1,024 rows,
     1 NPT + 2 SPIN on a larger one) and averages their
     predictions (each member weighs the same; ``train_options={"ensemble_selection": 25}`` weighs
     the two families by ensemble selection on the validation rows both held out);
