@@ -39,6 +39,7 @@ import devsuite as ds
 import harness as h
 import numpy as np
 
+from semiparam.estimators.base import AUTO_SMALL_TABLE_ROWS
 from semiparam.parallel import map_tasks
 
 TITLE = "NPT and SPIN at their defaults against gradient boosting"
@@ -145,8 +146,8 @@ def head_to_head_lines(cells: Cells, models: list[str], gbdt: list[str], title: 
 
 
 # the tables on which model="auto" trains its small-table composition (at most this many labelled
-# rows: semiparam.estimators.base.AUTO_SMALL_TABLE_ROWS); the sub-ensembles are shown on each side
-SMALL_TABLE_ROWS = 1024
+# rows); the sub-ensembles are shown on each side
+SMALL_TABLE_ROWS = AUTO_SMALL_TABLE_ROWS
 
 
 def composition_cells(cells: Cells) -> dict[tuple[str, str, int], dict[str, Any]]:
