@@ -39,7 +39,6 @@ import devsuite as ds
 import harness as h
 import numpy as np
 
-from semiparam.estimators.base import AUTO_SMALL_TABLE_ROWS
 from semiparam.parallel import map_tasks
 
 TITLE = "NPT and SPIN at their defaults against gradient boosting"
@@ -145,11 +144,6 @@ def head_to_head_lines(cells: Cells, models: list[str], gbdt: list[str], title: 
     return section(title, [*columns, "tables"], rows, intro) if rows else []
 
 
-# the tables on which model="auto" trains its small-table composition (at most this many labelled
-# rows); the sub-ensembles are shown on each side
-SMALL_TABLE_ROWS = AUTO_SMALL_TABLE_ROWS
-
-
 def composition_cells(cells: Cells) -> dict[tuple[str, str, int], dict[str, Any]]:
     """The sub-ensembles of the ``auto`` records (the first ``i`` NPT and ``j`` SPIN members of
     each fit, predicting alone) as cells of pseudo-models named ``"auto i+j"``."""
@@ -159,6 +153,21 @@ def composition_cells(cells: Cells) -> dict[tuple[str, str, int], dict[str, Any]
         if model == "auto"
         for label, metrics in (r.get("composition_metrics") or {}).items()
     }
+
+
+def auto_compositions(cells: Cells) -> dict[str, tuple[int, int]]:
+    """Each table's ``auto`` composition (NPT members, SPIN members), read from its fits' records
+    (the ``"I+J mean"`` view names the whole fit): ``auto`` chooses it by the table's size, and the
+    sub-ensembles are shown per composition."""
+    found: dict[str, tuple[int, int]] = {}
+    for (table, model, _), r in cells.items():
+        labels = [
+            label.split()[0] for label in (r.get("composition_metrics") or {}) if label.endswith(" mean")
+        ]
+        if model == "auto" and labels:
+            i, j = map(int, labels[0].split("+"))
+            found[table] = max(found.get(table, (i, j)), (i, j))
+    return found
 
 
 def stop_rows(scores: Mapping[str, Mapping[str, Any]], neural: list[str]) -> list[list[Any]]:
@@ -262,18 +271,18 @@ def build_report(cells: Cells, table_info: Mapping[str, Mapping] | None = None, 
     if gbdt:
         md += head_to_head_lines(cells, [m for m in models if m != "catboost"], gbdt)
         parts = composition_cells(cells)
-        names = sorted({m for (_, m, _) in parts}, key=lambda m: tuple(map(int, m.split()[1].split("+"))))
+        names = sorted(
+            {m for (_, m, _) in parts}, key=lambda m: (tuple(map(int, m.split()[1].split("+"))), m)
+        )
         intro = "`auto i+j`: the first i NPT and j SPIN members of each `auto` fit, predicting together "
         intro += "without the others (their fit time is not measured here), their ensemble weights "
         intro += "renormalised; `auto I+J mean`: every member of the fit with the same weight (no ensemble "
         intro += "selection). A view appears on the tables whose fits have that many members of each family. "
-        small = {t for (t, _, _), r in cells.items() if r.get("n_train", math.inf) <= SMALL_TABLE_ROWS}
-        for title, keep in (
-            (f"tables of at most {SMALL_TABLE_ROWS:,} training rows", lambda t: t in small),
-            (f"tables of more than {SMALL_TABLE_ROWS:,} training rows", lambda t: t not in small),
-        ):
-            chosen = {k: v for k, v in {**cells, **parts}.items() if keep(k[0])}
-            title = f"Sub-ensembles of auto on the {title}: i NPT + j SPIN members of the same fits"
+        compositions = auto_compositions(cells)
+        for whole in sorted(set(compositions.values()), reverse=True):
+            chosen = {k: v for k, v in {**cells, **parts}.items() if compositions.get(k[0]) == whole}
+            title = f"Sub-ensembles of auto on the tables where it trains {whole[0]} NPT + {whole[1]} SPIN "
+            title += "members: i NPT + j SPIN members of the same fits"
             md += head_to_head_lines(chosen, names, gbdt, title, intro)
 
     if classification := [t for t in tables if primary[t] == "log_loss"]:
