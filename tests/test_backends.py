@@ -72,21 +72,6 @@ def test_paired_against_dense_reference(name):
     assert _relative_error(out, reference) < TOLERANCE.get(name, 1e-5)
 
 
-def test_paired_self_weight_counts_the_own_key_that_many_times(name):
-    """``self_weight=3``: as if each query's own key and value were three keys of the context."""
-    q, k_ctx, v_ctx = _qkv(1, n_q=12, n_k=30, b=1)
-    _, k_self, v_self = _qkv(2, n_q=12, n_k=12, b=1)
-    out = _backend(name).paired(q, k_ctx, v_ctx, k_self, v_self, scale=SCALE, self_weight=3.0)
-    k = torch.cat([k_ctx, k_self, k_self, k_self], dim=2)
-    v = torch.cat([v_ctx, v_self, v_self, v_self], dim=2)
-    own = torch.eye(12, dtype=torch.bool)
-    mask = torch.cat([torch.ones(12, 30, dtype=torch.bool), own, own, own], dim=1)
-    reference = DenseAttention(DH)(q, k, v, scale=SCALE, attn_mask=mask)
-    assert _relative_error(out, reference) < TOLERANCE.get(name, 1e-5)
-    plain = _backend(name).paired(q, k_ctx, v_ctx, k_self, v_self, scale=SCALE)
-    assert _relative_error(plain, reference) > 10 * TOLERANCE.get(name, 1e-5) or name == "performer"
-
-
 def test_row_permutation_equivariance(name):
     backend = _backend(name)
     q, k, v = _qkv(3)

@@ -314,24 +314,3 @@ def test_calibration_may_sharpen_down_to_min_temperature():
     np.testing.assert_array_equal(soft.argmax(axis=1), sharp.argmax(axis=1))
     with pytest.raises(ConfigError, match="min_temperature"):
         NPTClassifier(**FAST, train_options={"min_temperature": 0.0}).fit(frame, y)
-
-
-def test_npt_predicts_with_its_own_row_weighted_as_in_a_training_step(tmp_path):
-    """A table trained in batches records the rows of a step; predictions count the query's own
-    key as it counted among them (NPT.self_weight), kept by save/load; a model without the record
-    (saved before it existed) predicts with the plain weight, as it did then."""
-    rng = np.random.default_rng(0)
-    X = pd.DataFrame({"a": rng.normal(size=1300), "b": rng.normal(size=1300)})
-    y = X["a"] * 2 + rng.normal(scale=0.1, size=1300)
-    model = NPTRegressor(**{**FAST, "max_steps": 3}, validation_fraction=0.1)
-    with pytest.warns(UserWarning, match="min_steps"):
-        model.fit(X, y)
-    learner = model.learner_.members[0]
-    assert learner.step_rows == 390  # 1,170 training rows dealt into 3 batches of 512 or fewer
-    weighted = model.predict(X[:50])
-    model.save(tmp_path / "m")
-    loaded = NPTRegressor.load(tmp_path / "m")
-    assert loaded.learner_.members[0].step_rows == 390
-    np.testing.assert_allclose(loaded.predict(X[:50]), weighted, rtol=1e-9, atol=1e-9)
-    learner.step_rows = None
-    assert np.abs(model.predict(X[:50]) - weighted).max() > 1e-6

@@ -21,7 +21,7 @@ def _table(n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _model(**overrides) -> NPT:
     torch.manual_seed(0)
-    config = NPTConfig(**{"d_embedding": 8, "n_heads": 2, "n_blocks": 4, **overrides})
+    config = NPTConfig(d_embedding=8, n_heads=2, n_blocks=4, **overrides)
     return NPT(config, LAYOUT).eval()
 
 
@@ -108,26 +108,6 @@ def test_cosine_similarity_needs_one_width():
 
     with pytest.raises(ValueError, match="kv_width"):
         MultiheadAttention(8, 2, kv_width=4, similarity="cosine")
-
-
-def test_step_rows_weigh_the_query_as_in_a_training_step():
-    """``step_rows``: the query's own key counts ``n_ctx / (step_rows - 1)`` times. With one ABD
-    block, 20 context rows and steps of 11 rows that is twice: the same prediction as from the
-    context with a copy of the query added; the attention maps agree."""
-    model = _model(n_blocks=2)
-    values, hidden = _table(21)
-    cache = model.encode_context(values[:20], hidden[:20])
-    assert NPT.self_weight(cache, None) == 1.0 and NPT.self_weight(cache, 11) == 2.0
-    query = (values[20:], hidden[20:])
-    weighted = model.forward_queries(*query, cache, step_rows=11)
-    with_copy = model.forward_queries(*query, model.encode_context(values, hidden))
-    torch.testing.assert_close(weighted.continuous, with_copy.continuous, atol=1e-5, rtol=1e-5)
-    plain = model.forward_queries(*query, cache)
-    assert (plain.continuous - weighted.continuous).abs().max() > 1e-4
-    maps = model.attention_maps(*query, cache, step_rows=11)["rows"][0]  # (1, heads, 21)
-    copy_maps = model.attention_maps(*query, model.encode_context(values, hidden))["rows"][0]
-    torch.testing.assert_close(maps[..., :-1], copy_maps[..., :-2], atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(maps[..., -1], copy_maps[..., -2:].sum(-1), atol=1e-5, rtol=1e-5)
 
 
 def test_query_rows_do_not_see_each_other():

@@ -72,8 +72,6 @@ class RowSampler:
         self.n_rows = len(values)
         whole = self.n_rows <= full_batch_rows
         self.n_batches = 1 if whole else max(1, math.ceil(self.n_rows / batch_size))
-        # the most rows one step holds (the epoch's batches differ by at most one row)
-        self.rows_per_step = math.ceil(self.n_rows / self.n_batches)
         self.strata, self.rng = strata, rng
         self.epoch_batches: list[np.ndarray] = []
 

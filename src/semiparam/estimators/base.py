@@ -67,12 +67,11 @@ AUTO_FAMILIES = ("npt", "spin")
 AUTO_SMALL_TABLE_ROWS = 1024
 _AUTO_MEMBERS = {"cpu": {"small": {"npt": 3, "spin": 2}, "large": {"npt": 1, "spin": 2}}}
 # TrainConfig fields that model="auto" sets for its members where the preset would otherwise decide
-# (an argument or train_options entry still wins). NOTE[DIFF]: the cpu preset's anneal after the
-# plateau (a share of the steps run: NPT 20%, SPIN 30%) is cut to its shortest
+# (an argument or train_options entry still wins). NOTE[DIFF]: with four members the cpu preset's
+# anneal after the plateau (a share of the steps run: NPT 20%, SPIN 30%) is cut to its shortest
 # (``min_anneal_steps``): most members' best checkpoint comes before it, and the steps it saves pay
-# for the members of the composition above within the fit-speed budget; chosen on the development
-# suite when auto first had four members (2 + 2; the auto rows of
-# benchmarks/results/suite32/tabular_defaults.md against those of 2 + 2 members with the anneal).
+# for the fourth member within the fit-speed budget; chosen on the development suite (the auto
+# rows of benchmarks/results/suite32/tabular_defaults.md against those of 2 + 2 members with it).
 _AUTO_TRAIN = {"cpu": {"anneal_fraction": 0.0}}
 
 

@@ -226,7 +226,7 @@ class Explainer:
         state = self.member_state(k)
         with torch.no_grad():
             if isinstance(module, NPT):
-                return module.attention_maps(qv, qh, state, **m.query_options())
+                return module.attention_maps(qv, qh, state)
             if isinstance(module, SPIN):
                 return module.attention_maps(qv, qh, state, context=c)
         raise NotImplementedError(f"attention maps of a {m.model_name} model are not available")
@@ -603,7 +603,7 @@ def _explained_output(
     std = 1.0 if ex.categorical else float(m.encoder.stds[ex.target])
 
     def forward(values: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
-        out = module.forward_queries(values, hidden, state, **m.query_options())
+        out = module.forward_queries(values, hidden, state)
         if not ex.categorical:
             return out.continuous[:, layout.continuous.index(ex.target_j), 0] * std
         logits = out.categorical[layout.categorical.index(ex.target_j)] / temperature

@@ -160,10 +160,6 @@ class TableLearner:
         self.context: PredictionContext | None = None  # set by fit, set_context and load
         self.history: TrainHistory | None = None
         self.temperatures: dict[str, float] = {}  # categorical target -> softmax temperature
-        # the rows of one training step (its batch; the whole training split when it is one
-        # batch): a model that attends to context rows predicts with its own row weighing as it
-        # did among them (NPT.self_weight). None: not known (a model saved before it was recorded)
-        self.step_rows: int | None = None
         self._inference_copy: torch.nn.Module | None = None
 
     # -- fitting ------------------------------------------------------------------------------
@@ -450,7 +446,6 @@ class TableLearner:
             None if weights is None else torch.as_tensor(weights, device=self.device),
             cfg.full_batch_rows,
         )
-        self.step_rows = rows.rows_per_step
         sampler: BatchSource = rows
         lookup = cfg.training_task == "duplicate_lookup"
         if lookup:
@@ -621,12 +616,6 @@ class TableLearner:
         values, hidden = self.context_inputs(context)
         return module.encode_context(values.to(dtype), hidden)
 
-    def query_options(self) -> dict[str, Any]:
-        """Keyword arguments of the module's ``forward_queries`` and ``attention_maps`` beyond
-        the queries and the context: for a model that attends to its context rows, the rows of a
-        training step (``step_rows``, when known)."""
-        return {"step_rows": self.step_rows} if self.keeps_training_rows and self.step_rows else {}
-
     @torch.no_grad()
     def query_outputs(
         self, queries: EncodedTable, state: Any, module: torch.nn.Module | None = None
@@ -641,7 +630,7 @@ class TableLearner:
             values = torch.as_tensor(queries.values[start : start + bs], device=self.device)
             missing = torch.as_tensor(queries.missing[start : start + bs], device=self.device)
             v, h = mask_for_inference(values.to(dtype), missing, hide_columns=hide)
-            pieces.append(module.forward_queries(v, h, state, **self.query_options()))
+            pieces.append(module.forward_queries(v, h, state))
         return ColumnOutputs(
             torch.cat([p.continuous for p in pieces]),
             [torch.cat([p.categorical[k] for p in pieces]) for k in range(len(pieces[0].categorical))],
@@ -766,7 +755,6 @@ class TableLearner:
             "temperatures": self.temperatures,
             "validation_scores": self.validation_scores,
             "ensemble_weights": self.ensemble_weights,
-            "step_rows": self.step_rows,
         }
 
     def save(self, path: str | Path, extra: dict[str, Any] | None = None, *, overwrite: bool = False) -> Path:
@@ -835,7 +823,6 @@ class TableLearner:
         learner.temperatures = dict(meta.get("temperatures", {}))
         learner.validation_scores = dict(meta.get("validation_scores", {}))  # absent in older files
         learner.ensemble_weights = dict(meta.get("ensemble_weights", {}))  # absent in older files
-        learner.step_rows = meta.get("step_rows")  # absent in older files: predicted as before
         learner.module = saved.load_weights(learner._build_module(), device=learner.device).eval()
         keeps_rows = learner.keeps_training_rows
         device = "cpu" if keeps_rows else str(learner.device)  # rows stay on the CPU until used

@@ -171,13 +171,10 @@ class AttentionBetweenDatapoints(nn.Module):
         n, d, e = h.shape
         return self.mab.context_kv(h.reshape(1, n, d * e))
 
-    def forward_queries(
-        self, h: Tensor, context_kv: tuple[Tensor, Tensor], self_weight: float = 1.0
-    ) -> Tensor:
-        """Each query row attends to the cached context rows and to itself only (its own key
-        counted ``self_weight`` times)."""
+    def forward_queries(self, h: Tensor, context_kv: tuple[Tensor, Tensor]) -> Tensor:
+        """Each query row attends to the cached context rows and to itself only."""
         n, d, e = h.shape
-        out = self.mab(h.reshape(1, n, d * e), prefix_kv=context_kv, paired=True, self_weight=self_weight)
+        out = self.mab(h.reshape(1, n, d * e), prefix_kv=context_kv, paired=True)
         return out.reshape(n, d, e)
 
 
@@ -263,48 +260,19 @@ class NPT(nn.Module):
             h = block(h)
         return cache
 
-    @staticmethod
-    def self_weight(cache: ContextCache, step_rows: int | None) -> float:
-        """How many times a query row's own key counts beside a cached context of ``n_ctx`` rows so
-        that it weighs as a row's own key did in a training step of ``step_rows`` rows (where a row
-        attends to itself and ``step_rows - 1`` others): ``n_ctx / (step_rows - 1)``; 1 when
-        ``step_rows`` is None (not known: a model saved before it was recorded).
-
-        NOTE[DIFF]: the paper predicts a large table's test rows in batches of the training size
-        (spec-npt 2.5), so a test row attends to itself among as many rows as in training. Here a
-        query attends to every context row at once; without this weight its own row would weigh
-        about ``step_rows / n_ctx`` times what it weighed in training (a table trained in batches
-        of 512 and predicted from 2,000 rows: a quarter), and the prediction would lean on the
-        other rows more than the model learnt to. With the weight, the shares of the query and
-        of the context as a whole are those of a training step, while every context row keeps
-        its weight relative to the others (a copy of the query among them still draws the
-        attention it did). On the development suite's larger tables it was the prediction
-        change that moved NPT's score (predicting from samples of 512 or 1,024 context rows, or
-        averaging over such samples, moved it as much; a probe, see the issue's notes)."""
-        if step_rows is None or not cache:
-            return 1.0
-        n_ctx = cache[0][0].shape[-2]
-        return n_ctx / max(step_rows - 1, 1)
-
-    def forward_queries(
-        self, values: Tensor, hidden: Tensor, cache: ContextCache, *, step_rows: int | None = None
-    ) -> ColumnOutputs:
-        """Predict query rows ``(n_q, d)`` from a cached context (see :meth:`encode_context`);
-        ``step_rows``: the rows of a training step (see :meth:`self_weight`)."""
+    def forward_queries(self, values: Tensor, hidden: Tensor, cache: ContextCache) -> ColumnOutputs:
+        """Predict query rows ``(n_q, d)`` from a cached context (see :meth:`encode_context`)."""
         h = self._embed(values, hidden)
         kv = iter(cache)
-        w = self.self_weight(cache, step_rows)
         for block in self.blocks:
             if isinstance(block, AttentionBetweenDatapoints):
-                h = block.forward_queries(h, next(kv), w)
+                h = block.forward_queries(h, next(kv))
             else:
                 h = block(h)
         return self.heads(h)
 
     @torch.no_grad()
-    def attention_maps(
-        self, values: Tensor, hidden: Tensor, cache: ContextCache, *, step_rows: int | None = None
-    ) -> dict[str, list[Tensor]]:
+    def attention_maps(self, values: Tensor, hidden: Tensor, cache: ContextCache) -> dict[str, list[Tensor]]:
         """The attention weights of query rows ``(n_q, d)`` predicted from a cached context, block
         by block: ``"rows"``, one ``(n_q, heads, n_ctx + 1)`` per ABD block (the weight on each
         context row, then on the query row itself: what :meth:`forward_queries` uses), and
@@ -312,7 +280,6 @@ class NPT(nn.Module):
         attribute j within the query row). Memory is that of the maps, O(n_q * n_ctx) per block."""
         h = self._embed(values, hidden)
         kv = iter(cache)
-        w = self.self_weight(cache, step_rows)
         rows: list[Tensor] = []
         columns: list[Tensor] = []
         for block in self.blocks:
@@ -320,8 +287,8 @@ class NPT(nn.Module):
             if isinstance(block, AttentionBetweenDatapoints):
                 k_ctx, v_ctx = next(kv)
                 tokens = h.reshape(1, n, d * e)
-                rows.append(block.mab.self_and_prefix_weights(tokens, (k_ctx, v_ctx), w)[0].transpose(0, 1))
-                h = block.forward_queries(h, (k_ctx, v_ctx), w)
+                rows.append(block.mab.self_and_prefix_weights(tokens, (k_ctx, v_ctx))[0].transpose(0, 1))
+                h = block.forward_queries(h, (k_ctx, v_ctx))
             else:
                 columns.append(block.mab.self_attention_weights(h))
                 h = block(h)

@@ -170,22 +170,19 @@ class MultiheadAttention(nn.Module):
         v_input: Tensor | None = None,
         attn_mask: Tensor | None = None,
         paired: bool = False,
-        self_weight: float = 1.0,
     ) -> Tensor:
         """Attend from ``q_input`` to ``prefix_kv`` (precomputed) followed by ``kv_input``.
 
         ``prefix_kv`` lets cached keys/values of a context set (from :meth:`project_kv`) be reused
         across calls; ``attn_mask`` (bool, True = may attend) is over the concatenated keys.
-        ``paired=True``: query i attends to the prefix and to row i of ``kv_input`` only, that
-        row's key counted ``self_weight`` times.
+        ``paired=True``: query i attends to the prefix and to row i of ``kv_input`` only.
         ``v_input``: the values come from it, the keys from ``kv_input`` (same length).
         """
         q = self.project_q(q_input)
         if paired:
             if prefix_kv is None or kv_input is None:
                 raise ValueError("paired attention needs prefix_kv and kv_input")
-            k_self, v_self = self.project_kv(kv_input, v_input)
-            return self.out(self._paired(q, prefix_kv, k_self, v_self, self_weight))
+            return self.out(self._paired(q, prefix_kv, *self.project_kv(kv_input, v_input)))
         keys: list[Tensor] = []
         values: list[Tensor] = []
         if prefix_kv is not None:
@@ -217,16 +214,9 @@ class MultiheadAttention(nn.Module):
         y = y.transpose(1, 2).reshape(b, n_q, self.width)
         return self.out(y)
 
-    def _paired(
-        self,
-        q: Tensor,
-        prefix: tuple[Tensor, Tensor],
-        k_self: Tensor,
-        v_self: Tensor,
-        self_weight: float = 1.0,
-    ) -> Tensor:
-        """Each query attends to the shared prefix and to its own key only, counted ``self_weight``
-        times (the backend's :meth:`~semiparam.nn.backends.AttentionBackend.paired`)."""
+    def _paired(self, q: Tensor, prefix: tuple[Tensor, Tensor], k_self: Tensor, v_self: Tensor) -> Tensor:
+        """Each query attends to the shared prefix and to its own key only (the backend's
+        :meth:`~semiparam.nn.backends.AttentionBackend.paired`)."""
         k_ctx, v_ctx = prefix  # (1 or B, heads, n_ctx, dh)
         dropout_p = self.attention_dropout if self.training else 0.0
         y = self.backend.paired(
@@ -238,7 +228,6 @@ class MultiheadAttention(nn.Module):
             scale=self.scale,
             dropout_p=dropout_p,
             generator=self.dropout_generator,
-            self_weight=self_weight,
         )
         b, _, n_q, _ = y.shape  # y: (B, heads, n_q, dh)
         return y.transpose(1, 2).reshape(b, n_q, self.width)
@@ -411,15 +400,12 @@ class MAB(nn.Module):
         q = self.attention.project_q(h)
         return torch.softmax(torch.matmul(q, k.transpose(-1, -2)) * self.attention.scale, dim=-1)
 
-    def self_and_prefix_weights(
-        self, x: Tensor, prefix_kv: tuple[Tensor, Tensor], self_weight: float = 1.0
-    ) -> Tensor:
+    def self_and_prefix_weights(self, x: Tensor, prefix_kv: tuple[Tensor, Tensor]) -> Tensor:
         """Weights of the ``paired`` forward: each query of ``x (B, n_q, w)`` over the cached
-        prefix keys and then itself (counted ``self_weight`` times): ``(B, heads, n_q, n_prefix + 1)``."""
+        prefix keys and then itself: ``(B, heads, n_q, n_prefix + 1)``."""
         h = self._query_input(x)
         k_self, _ = self.attention.project_kv(self._self_kv(x, h))
-        q = self.attention.project_q(h)
-        return paired_weights(q, prefix_kv[0], k_self, self.attention.scale, self_weight)
+        return paired_weights(self.attention.project_q(h), prefix_kv[0], k_self, self.attention.scale)
 
     def forward(
         self,
@@ -431,12 +417,10 @@ class MAB(nn.Module):
         include_self: bool = True,
         attn_mask: Tensor | None = None,
         paired: bool = False,
-        self_weight: float = 1.0,
     ) -> Tensor:
         """Self-attention (``y`` None, ``include_self``), cross-attention to ``y``, and/or to a cached
         ``prefix_kv``. With ``include_self=False`` and ``y=None`` the queries attend to the prefix only;
-        ``paired=True`` (self-attention with a prefix): each query attends to the prefix and itself,
-        its own key counted ``self_weight`` times.
+        ``paired=True`` (self-attention with a prefix): each query attends to the prefix and itself.
         ``values`` (``separate_values`` blocks): the values, ``y`` then gives the keys only."""
         if self.cross and y is None and prefix_kv is None:
             raise ValueError("a cross-attention block needs y or prefix_kv")
@@ -452,13 +436,7 @@ class MAB(nn.Module):
         else:
             kv = None
         attended = self.attention(
-            h,
-            kv,
-            v_input=v_input,
-            prefix_kv=prefix_kv,
-            attn_mask=attn_mask,
-            paired=paired,
-            self_weight=self_weight,
+            h, kv, v_input=v_input, prefix_kv=prefix_kv, attn_mask=attn_mask, paired=paired
         )
         return self._output(x, attended)
 

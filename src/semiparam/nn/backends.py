@@ -4,12 +4,10 @@ One contract (spec-weng F1): a backend is called as ``backend(q, k, v, scale=, a
 dropout_p=, generator=)`` (``generator``: where attention-dropout masks are drawn from) on
 per-head tensors ``q (B, H, n_q, dh)``, ``k, v (B, H, n_k, dh)`` and returns
 ``(B, H, n_q, dh)``; ``attn_mask`` (bool, True = may attend) broadcasts against ``(B, H, n_q, n_k)``.
-``backend.paired(q, k_ctx, v_ctx, k_self, v_self, scale=, dropout_p=, self_weight=)`` is the
-prediction form: each query attends to a shared cached context and to its own key only, that key
-counted ``self_weight`` times (its weight multiplied by it before the normalisation). Backends are
-chosen by name per attention kind (``NPTConfig.row_attention`` for attention between datapoints and
-SPIN's XABD, ``column_attention`` for the attention within a row) from :data:`BACKENDS`, and each
-declares
+``backend.paired(q, k_ctx, v_ctx, k_self, v_self, scale=, dropout_p=)`` is the prediction form:
+each query attends to a shared cached context and to its own key only. Backends are chosen by name
+per attention kind (``NPTConfig.row_attention`` for attention between datapoints and SPIN's XABD,
+``column_attention`` for the attention within a row) from :data:`BACKENDS`, and each declares
 
 - ``exact``: equal to softmax attention up to float rounding;
 - ``row_equivariant``: permuting the keys (with their values and mask columns) leaves every output
@@ -92,23 +90,12 @@ def _dense(
     return torch.matmul(weights, v)
 
 
-def paired_logits(q: Tensor, k_ctx: Tensor, k_self: Tensor, scale: float, self_weight: float = 1.0) -> Tensor:
-    """The scores of :meth:`AttentionBackend.paired` before the softmax, ``(B, H, n_q, n_ctx + 1)``:
-    the cached context keys, then the query's own key counted ``self_weight`` times (its score
-    plus ``log(self_weight)``)."""
+def paired_weights(q: Tensor, k_ctx: Tensor, k_self: Tensor, scale: float) -> Tensor:
+    """The exact weights of :meth:`AttentionBackend.paired`: softmax over the cached context keys
+    and then the query's own key, ``(B, H, n_q, n_ctx + 1)``."""
     logits_ctx = torch.matmul(q, k_ctx.transpose(-1, -2)) * scale
     logit_self = (q * k_self).sum(-1, keepdim=True) * scale
-    if self_weight != 1.0:
-        logit_self = logit_self + math.log(self_weight)
-    return torch.cat([logits_ctx, logit_self], dim=-1)
-
-
-def paired_weights(
-    q: Tensor, k_ctx: Tensor, k_self: Tensor, scale: float, self_weight: float = 1.0
-) -> Tensor:
-    """The exact weights of :meth:`AttentionBackend.paired`: softmax over the cached context keys
-    and then the query's own key (counted ``self_weight`` times), ``(B, H, n_q, n_ctx + 1)``."""
-    return torch.softmax(paired_logits(q, k_ctx, k_self, scale, self_weight), dim=-1)
+    return torch.softmax(torch.cat([logits_ctx, logit_self], dim=-1), dim=-1)
 
 
 def _mask_rows(attn_mask: Tensor | None, start: int, stop: int, n_q: int) -> Tensor | None:
@@ -346,16 +333,13 @@ class AttentionBackend(nn.Module):
         scale: float,
         dropout_p: float = 0.0,
         generator: torch.Generator | None = None,
-        self_weight: float = 1.0,
     ) -> Tensor:
         """Each query attends to the shared context (``k_ctx, v_ctx``: ``(1 or B, H, n_ctx, dh)``)
-        and to its own key/value only (``k_self, v_self``: like ``q``), its own key counted
-        ``self_weight`` times. Written out rather than through a mask so that every query's
-        softmax is reduced in the same order whatever its position: a row's prediction is
-        bit-for-bit independent of which rows share its batch. Memory is ``(B, H, n_q, n_ctx)``,
-        bounded by the query batch size."""
-        weights = paired_weights(q, k_ctx, k_self, scale, self_weight)
-        weights = dropout(weights, dropout_p, generator=generator)
+        and to its own key/value only (``k_self, v_self``: like ``q``). Written out rather than
+        through a mask so that every query's softmax is reduced in the same order whatever its
+        position: a row's prediction is bit-for-bit independent of which rows share its batch.
+        Memory is ``(B, H, n_q, n_ctx)``, bounded by the query batch size."""
+        weights = dropout(paired_weights(q, k_ctx, k_self, scale), dropout_p, generator=generator)
         return torch.matmul(weights[..., :-1], v_ctx) + weights[..., -1:] * v_self
 
     def extra_repr(self) -> str:
@@ -485,10 +469,10 @@ class TopKAttention(AttentionBackend):
 
         return _by_query_chunks(one, q, self.chunk, attn_mask, k, v, generator=generator)
 
-    def paired(
-        self, q, k_ctx, v_ctx, k_self, v_self, *, scale, dropout_p=0.0, generator=None, self_weight=1.0
-    ):  # noqa: D102
-        weights = self._sparse_softmax(paired_logits(q, k_ctx, k_self, scale, self_weight), self.top_k)
+    def paired(self, q, k_ctx, v_ctx, k_self, v_self, *, scale, dropout_p=0.0, generator=None):  # noqa: D102
+        logits_ctx = torch.matmul(q, k_ctx.transpose(-1, -2)) * scale
+        logit_self = (q * k_self).sum(-1, keepdim=True) * scale
+        weights = self._sparse_softmax(torch.cat([logits_ctx, logit_self], dim=-1), self.top_k)
         weights = dropout(weights, dropout_p, generator=generator)
         return torch.matmul(weights[..., :-1], v_ctx) + weights[..., -1:] * v_self
 
@@ -572,9 +556,7 @@ class PerformerAttention(AttentionBackend):
         denominator = (phi_q * z.unsqueeze(-2)).sum(-1, keepdim=True)
         return numerator / denominator.clamp_min(torch.finfo(q.dtype).tiny)
 
-    def paired(
-        self, q, k_ctx, v_ctx, k_self, v_self, *, scale, dropout_p=0.0, generator=None, self_weight=1.0
-    ):  # noqa: D102
+    def paired(self, q, k_ctx, v_ctx, k_self, v_self, *, scale, dropout_p=0.0, generator=None):  # noqa: D102
         phi_q = self._query_features(q, scale)
         ctx_logits = self._logits(k_ctx, scale)
         self_logits = self._logits(k_self, scale)
@@ -586,7 +568,7 @@ class PerformerAttention(AttentionBackend):
         phi_self = self._key_features(self_logits, shift)
         kv = torch.matmul(phi_ctx.transpose(-1, -2), v_ctx)  # (1 or B, H, m, dh)
         z = phi_ctx.sum(dim=-2).unsqueeze(-2)  # (1 or B, H, 1, m)
-        w_self = (phi_q * phi_self).sum(-1, keepdim=True) * self_weight  # (B, H, n_q, 1)
+        w_self = (phi_q * phi_self).sum(-1, keepdim=True)  # (B, H, n_q, 1)
         numerator = torch.matmul(phi_q, kv) + w_self * v_self
         denominator = (phi_q * z).sum(-1, keepdim=True) + w_self
         return numerator / denominator.clamp_min(torch.finfo(q.dtype).tiny)
