@@ -155,18 +155,24 @@ def composition_cells(cells: Cells) -> dict[tuple[str, str, int], dict[str, Any]
     }
 
 
+def members_of(view: str) -> tuple[int, int]:
+    """(NPT members, SPIN members) of a sub-ensemble view ``"i+j"`` or ``"I+J mean"``."""
+    i, j = view.split()[0].split("+")
+    return int(i), int(j)
+
+
 def auto_compositions(cells: Cells) -> dict[str, tuple[int, int]]:
     """Each table's ``auto`` composition (NPT members, SPIN members), read from its fits' records
     (the ``"I+J mean"`` view names the whole fit): ``auto`` chooses it by the table's size, and the
     sub-ensembles are shown per composition."""
     found: dict[str, tuple[int, int]] = {}
     for (table, model, _), r in cells.items():
-        labels = [
-            label.split()[0] for label in (r.get("composition_metrics") or {}) if label.endswith(" mean")
-        ]
-        if model == "auto" and labels:
-            i, j = map(int, labels[0].split("+"))
-            found[table] = max(found.get(table, (i, j)), (i, j))
+        if model != "auto":
+            continue
+        for view in r.get("composition_metrics") or {}:
+            if view.endswith(" mean"):
+                whole = members_of(view)
+                found[table] = max(found.get(table, whole), whole)
     return found
 
 
@@ -271,9 +277,7 @@ def build_report(cells: Cells, table_info: Mapping[str, Mapping] | None = None, 
     if gbdt:
         md += head_to_head_lines(cells, [m for m in models if m != "catboost"], gbdt)
         parts = composition_cells(cells)
-        names = sorted(
-            {m for (_, m, _) in parts}, key=lambda m: (tuple(map(int, m.split()[1].split("+"))), m)
-        )
+        names = sorted({m for (_, m, _) in parts}, key=lambda m: (members_of(m.removeprefix("auto ")), m))
         intro = "`auto i+j`: the first i NPT and j SPIN members of each `auto` fit, predicting together "
         intro += "without the others (their fit time is not measured here), their ensemble weights "
         intro += "renormalised; `auto I+J mean`: every member of the fit with the same weight (no ensemble "
