@@ -117,10 +117,10 @@ def test_table_fingerprints_leave_out_the_neural_process_settings_at_their_defau
     later = set(TrainConfig.LATER_FIELDS)
     assert later == {
         "objective", "n_z_samples", "log_every", "lr_drops", "drop_factor", "lookup_every", "twin_noise",
-        "twin_min_steps", "batch_weight_average",
+        "twin_min_steps",
     }  # fmt: skip
     for config in (TrainConfig(), TrainConfig.cpu(), TrainConfig.spin_cpu()):
-        moved = {n for n in ("twin_noise", "twin_min_steps", "batch_weight_average") if getattr(config, n)}
+        moved = {n for n in ("twin_noise", "twin_min_steps") if getattr(config, n)}
         left_out = later - moved
         after_training = {"min_temperature", "ensemble_selection"}
         assert set(config.to_dict()) - set(config.fingerprint_dict()) == left_out | after_training

@@ -60,17 +60,13 @@ def kill_after_step(monkeypatch: pytest.MonkeyPatch, at_step: int) -> None:
     monkeypatch.setattr(TrainingCheckpoint, "write", write)
 
 
-@pytest.mark.parametrize(
-    ("n_estimators", "batch_size"), [(1, None), (2, None), (1, 40)], ids=["one", "two", "batched"]
-)
+@pytest.mark.parametrize("n_estimators", [1, 2])
 def test_an_interrupted_fit_resumes_to_the_uninterrupted_result(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, n_estimators: int, batch_size: int | None
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, n_estimators: int
 ) -> None:
-    """Also in batches, where the weights' moving average (batch_weight_average) is saved."""
     X, y = regression_table()
     kwargs = dict(
         max_steps=60,
-        batch_size=batch_size,
         model_options=MODEL,
         train_options=TRAIN,
         n_estimators=n_estimators,

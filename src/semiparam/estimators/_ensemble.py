@@ -516,7 +516,6 @@ class EnsembleLearner:
             for member in group:
                 member.train_config = config
                 setup = member.training_setup(self.encoder, enc, enc_u)
-                member.fix_for_batches(setup)
                 if member is not self.members[0]:  # one progress bar, the first member's
                     setup.callbacks[0] = ProgressBar(False)
                 member.module, _ = seeded_build(member._build_module, member.seed, member.device)
@@ -529,9 +528,7 @@ class EnsembleLearner:
                 self.seed + self.members.index(group[0])
             )
             first = group[0]
-            decay = first.train_config.batch_weight_average
-            layout, targets = first.schema.layout(), first.target_mask()
-            histories = train_members(plans, layout, targets, config, dropout, decay)
+            histories = train_members(plans, first.schema.layout(), first.target_mask(), config, dropout)
             for member, setup, history in zip(group, setups, histories, strict=True):
                 member.history = history
                 member.finish_fit(setup, enc)

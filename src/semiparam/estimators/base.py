@@ -53,8 +53,8 @@ _DEFAULT_MEMBERS = {("spin", "cpu"): 3, ("npt", "cpu"): 3}
 #   2 SPIN. On the development suite's small tables the members' errors are mostly variance (a
 #   single member stops on a validation split of a few dozen rows), and a second NPT member gained
 #   far more than a second SPIN member (benchmarks/results/suite32/tabular_defaults.md,
-#   "Sub-ensembles of auto on the tables where it trains 3 NPT + 2 SPIN members", which lists the
-#   fits' i NPT + j SPIN views); their fits are cheap, so this is where members pay. A fourth NPT
+#   "Sub-ensembles of auto" on the tables of at most 1,024 training rows, which lists the fits'
+#   i NPT + j SPIN views); their fits are cheap, so this is where members pay. A fourth NPT
 #   member (4 + 2, measured as the default at 548b260 and shown by its views there) scored as 3 + 2
 #   did and took the fit past the fit-speed budget (benchmarks/results/fit_cost_auto at f3f13fd).
 # - a larger table (trained in batches): 1 NPT + 2 SPIN. There the members' errors are mostly
@@ -67,12 +67,11 @@ AUTO_FAMILIES = ("npt", "spin")
 AUTO_SMALL_TABLE_ROWS = 1024
 _AUTO_MEMBERS = {"cpu": {"small": {"npt": 3, "spin": 2}, "large": {"npt": 1, "spin": 2}}}
 # TrainConfig fields that model="auto" sets for its members where the preset would otherwise decide
-# (an argument or train_options entry still wins). NOTE[DIFF]: with several members the cpu preset's
+# (an argument or train_options entry still wins). NOTE[DIFF]: with four members the cpu preset's
 # anneal after the plateau (a share of the steps run: NPT 20%, SPIN 30%) is cut to its shortest
 # (``min_anneal_steps``): most members' best checkpoint comes before it, and the steps it saves pay
-# for more members within the fit-speed budget (first measured with four); chosen on the
-# development suite (the auto rows of benchmarks/results/suite32/tabular_defaults.md against those
-# of 2 + 2 members with it).
+# for the fourth member within the fit-speed budget; chosen on the development suite (the auto
+# rows of benchmarks/results/suite32/tabular_defaults.md against those of 2 + 2 members with it).
 _AUTO_TRAIN = {"cpu": {"anneal_fraction": 0.0}}
 
 

@@ -78,7 +78,6 @@ class TrainingSetup:
     callbacks: list[Any]
     evaluate: Callable[[], float] | None = None
     validation: tuple[EncodedTable, EncodedTable] | None = None  # (context, validation rows)
-    n_batches: int = 1  # the batches of an epoch of the training rows (1: one full batch)
 
 
 def prediction_loss(entry: dict[str, np.ndarray], prediction: np.ndarray) -> float:
@@ -320,9 +319,8 @@ class TableLearner:
         of other data, settings or seed raises ``CheckpointMismatchError``."""
         self.encoder = encoder
         self.fix_for_table(enc)
-        setup = self.training_setup(encoder, enc, enc_u)
-        self.fix_for_batches(setup)
         cfg = self.train_config
+        setup = self.training_setup(encoder, enc, enc_u)
         checkpoint, state = None, None
         if checkpoint_dir is not None:
             checkpoint = TrainingCheckpoint(
@@ -358,18 +356,10 @@ class TableLearner:
             shards=shards,
             n_shards=n_shards,
             group=group,
-            weight_average=cfg.batch_weight_average,
         )
         self.history = trainer.fit(setup.sampler, setup.evaluate, checkpoint=checkpoint, resume=state)
         self.finish_fit(setup, enc)
         return self
-
-    def fix_for_batches(self, setup: TrainingSetup) -> None:
-        """After :meth:`training_setup`: ``batch_weight_average``, which does nothing where the
-        table trains in one full batch, becomes 0 there (saved and fingerprinted as it acted, so
-        that a checkpoint of such a fit made before the setting resumes)."""
-        if setup.n_batches == 1 and self.train_config.batch_weight_average:
-            self.train_config = self.train_config.replace(batch_weight_average=0.0)
 
     def twin_noise_acts(self, enc: EncodedTable) -> bool:
         """Whether twin noise (``TrainConfig.twin_noise``) acts on the table ``enc`` under this
@@ -474,7 +464,6 @@ class TableLearner:
             sampler=sampler,
             generator=torch.Generator(device=self.device).manual_seed(self.seed),
             callbacks=[ProgressBar(self.verbose, bar, self.bar_position), CostWarning()],
-            n_batches=rows.n_batches,
         )
         if self.eval_rows is not None and has_targets:
             setup.callbacks.append(BestCheckpoint(cfg.patience, cfg.smoothing))

@@ -55,13 +55,6 @@ class OptimizerSettings(FrozenConfig):
     clip_value: float = 1.0
     lookahead_k: int = 6  # table models only (Lookahead over LAMB)
     lookahead_alpha: float = 0.5  # table models only
-    # a table trained in batches (more training rows than ``full_batch_rows``): the decay of an
-    # exponential moving average of its weights, updated after every step; the validation loss
-    # reads the averaged weights and the best checkpoint keeps them (a fit without validation
-    # ends with them). 0: off. A table trained in one full batch keeps its own weights: each of
-    # its steps already reads every row. NOTE[DIFF]: the papers keep the weights as trained
-    # (Polyak averaging; see TrainConfig.cpu)
-    batch_weight_average: float = 0.0
 
     def validate(self) -> None:
         super().validate()
@@ -72,8 +65,6 @@ class OptimizerSettings(FrozenConfig):
                 f"clip_value must be > 0 with clip_mode={self.clip_mode!r}, got {self.clip_value}"
             )
         _counts(self, "lookahead_k")
-        if not 0.0 <= self.batch_weight_average < 1.0:
-            raise ConfigError(f"batch_weight_average must be in [0, 1), got {self.batch_weight_average}")
 
 
 @dataclass(frozen=True)
@@ -428,17 +419,10 @@ class TrainConfig(  # a dataclass puts its last base's fields first: schedule, o
         *(n for n in BatchSettings.field_names() if n != "batch_size"),
         "lookahead_k",
         "lookahead_alpha",
-        "batch_weight_average",
     )
     NEURAL_PROCESS_ONLY = (*NeuralProcessSettings.field_names(), "lr_drops", "drop_factor")
     # fields added after table fits were first checkpointed (FrozenConfig.fingerprint_dict)
-    LATER_FIELDS = (
-        *NEURAL_PROCESS_ONLY,
-        "lookup_every",
-        "twin_noise",
-        "twin_min_steps",
-        "batch_weight_average",
-    )
+    LATER_FIELDS = (*NEURAL_PROCESS_ONLY, "lookup_every", "twin_noise", "twin_min_steps")
     # fields that act only after training (on the fitted model): a checkpoint resumes whatever
     # they are, so they never enter its fingerprint
     AFTER_TRAINING = ("min_temperature", "ensemble_selection")
@@ -502,13 +486,7 @@ class TrainConfig(  # a dataclass puts its last base's fields first: schedule, o
         fraction of the time (a speed study retired with its report, in the git history); on the
         700-900-row tables, where batches save little, concrete lost (so they stay whole). While
         a larger table trains, its validation loss reads a stratified sample of 1,024 of the
-        training rows as context (``validation_context_rows``), and it reads (and the best
-        checkpoint keeps) a moving average of the weights (``batch_weight_average=0.95``, Polyak
-        averaging; NOTE[DIFF]): a step of 512 rows moves the weights by that batch's noise as
-        well as by the table's signal, and at the flat learning rate the plateau rule stops
-        where that noise hides the progress; the average over the last steps is the smoother
-        model. Chosen on the development suite's larger tables (``benchmarks/results/suite32``,
-        the records of the commit that made it the default beside those of the commit before).
+        training rows as context (``validation_context_rows``).
 
         Twins share their labels' noise (``twin_noise=0.5``, issue 49 item 4; NOTE[DIFF], see
         the field): trained by masked reconstruction alone, a fitted NPT regressor memorised its
@@ -557,7 +535,6 @@ class TrainConfig(  # a dataclass puts its last base's fields first: schedule, o
             # of such a fit, and the sample moved no checkpoint choice beyond the split-to-split
             # noise on the development suite's larger tables (benchmarks/results/fit_cost.md)
             validation_context_rows=1024,
-            batch_weight_average=0.95,
             twin_noise=0.5,
         )
 

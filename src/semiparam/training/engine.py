@@ -19,7 +19,7 @@ import contextlib
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -261,11 +261,7 @@ class Engine:
         optimizer: torch.optim.Optimizer | None = None,
         generators: dict[str, torch.Generator | None] | None = None,
         group: ProcessGroup | None = None,
-        weight_average: float = 0.0,
     ) -> None:
-        """``weight_average``: the decay of a moving average of the weights, updated after every
-        step, that validation reads and the best checkpoint keeps (0: none; the table models'
-        ``TrainConfig.batch_weight_average`` where the table trains in batches)."""
         self.model = model
         self.config = config
         self.callbacks = list(callbacks)
@@ -278,8 +274,6 @@ class Engine:
         self.anneal_ended_at: int | None = None  # the step after which anneal_patience ended it
         self._stop_reason = ""
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self.weight_average = weight_average
-        self.averaged: list[Tensor] | None = None  # the weights' moving average, once stepped
         self.optimizer = optimizer if optimizer is not None else build_optimizer(self.params, config)
         self.start_step = 0  # > 0 when resumed from a checkpoint
         # the module a step switches to training mode (the table models' DistributedDataParallel
@@ -305,7 +299,6 @@ class Engine:
         if stepped:
             clip_gradients(self.params, self.config)
             self.optimizer.step()
-            self.update_average()
         stats["lr"] = lr
         return stats
 
@@ -318,31 +311,6 @@ class Engine:
             return stats, False
         loss.backward()
         return stats, True
-
-    @torch.no_grad()
-    def update_average(self) -> None:
-        """Move the weights' moving average towards the weights (``weight_average``)."""
-        if self.weight_average <= 0:
-            return
-        if self.averaged is None:
-            self.averaged = [p.detach().clone() for p in self.params]
-        else:
-            torch._foreach_lerp_(self.averaged, [p.detach() for p in self.params], 1.0 - self.weight_average)
-
-    @contextlib.contextmanager
-    def averaged_weights(self) -> Iterator[None]:
-        """Inside the block the model holds the weights' moving average (where there is one)."""
-        if self.averaged is None:
-            yield
-            return
-        with torch.no_grad():
-            live = [p.detach().clone() for p in self.params]
-            torch._foreach_copy_(self.params, self.averaged)
-        try:
-            yield
-        finally:
-            with torch.no_grad():
-                torch._foreach_copy_(self.params, live)
 
     def set_learning_rate(self, step: int) -> float:
         lr = self.learning_rate(step)
@@ -368,7 +336,6 @@ class Engine:
                 anneal_steps=self.anneal_steps,
                 stop_reason=self._stop_reason,
                 callbacks=[cb.state_dict() for cb in self.callbacks],
-                averaged=None if self.averaged is None else [a.detach().clone() for a in self.averaged],
             )
             state.update(self._rng_state())
         return state
@@ -394,10 +361,6 @@ class Engine:
         self.anneal_start = state["anneal_start"]
         self.anneal_steps = int(state["anneal_steps"])
         self._stop_reason = state["stop_reason"]
-        averaged = state.get("averaged")  # absent in a checkpoint written before weight averaging
-        self.averaged = None
-        if averaged is not None:
-            self.averaged = [a.to(p.device) for a, p in zip(averaged, self.params, strict=True)]
         if len(state["callbacks"]) != len(self.callbacks):
             raise ValueError("the checkpoint's callbacks do not match this trainer's")
         for cb, cb_state in zip(self.callbacks, state["callbacks"], strict=True):
@@ -519,9 +482,6 @@ class Engine:
             self.history.stopped_early = self._stop_reason == "plateau"
         else:
             self.history.stop_reason = self._stop_reason or "max_steps"
-        if self.averaged is not None and self.history.best_val_loss is None:
-            with torch.no_grad():  # no validation chose weights: the fit ends with the average
-                torch._foreach_copy_(self.params, self.averaged)
         for cb in self.callbacks:
             cb.on_train_end(self)
         self.history.seconds = seconds
@@ -582,10 +542,9 @@ class Engine:
             annealed = self.annealed(step)
             if evaluate is not None and self.evaluates_at(step):
                 eval_start = time.perf_counter()
-                with self.averaged_weights():  # the best checkpoint keeps what was evaluated
-                    # the first process evaluates; all act on its loss, so they stop together
-                    val_loss = self.group.broadcast(evaluate() if self.group.is_main else None)
-                    self.record_eval(step, val_loss, time.perf_counter() - eval_start)
+                # the first process evaluates; all act on its loss, so they stop together
+                val_loss = self.group.broadcast(evaluate() if self.group.is_main else None)
+                self.record_eval(step, val_loss, time.perf_counter() - eval_start)
             if annealed:
                 self.stop = True
             if self.stop:

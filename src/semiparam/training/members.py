@@ -75,7 +75,6 @@ class MemberStack(nn.Module):
         self.names = list(params)
         self.stacked = nn.ParameterList(nn.Parameter(params[n].detach().clone()) for n in self.names)
         self.buffer_values = buffers
-        self.averaged: list[Tensor] | None = None  # the weights' moving average (average())
         # the architecture without weights (functional_call supplies each member's); kept out of
         # the module tree, so that .to(), state_dict() and parameters() see the stack only
         self.__dict__["_base"] = copy.deepcopy(modules[0]).to("meta")
@@ -107,21 +106,10 @@ class MemberStack(nn.Module):
         return ColumnOutputs(outs[0], list(outs[1:]))
 
     @torch.no_grad()
-    def average(self, decay: float) -> None:
-        """Move the moving average of every member's weights towards them (``decay`` > 0; see
-        ``TrainConfig.batch_weight_average``)."""
-        if self.averaged is None:
-            self.averaged = [p.detach().clone() for p in self.stacked]
-        else:
-            torch._foreach_lerp_(self.averaged, [p.detach() for p in self.stacked], 1.0 - decay)
-
-    @torch.no_grad()
-    def copy_member(self, k: int, module: nn.Module, *, averaged: bool = False) -> None:
-        """Write member ``k``'s weights (``averaged``: their moving average, where there is
-        one) into ``module`` (in place)."""
+    def copy_member(self, k: int, module: nn.Module) -> None:
+        """Write member ``k``'s weights into ``module`` (in place)."""
         own = dict(module.named_parameters())
-        source = self.averaged if averaged and self.averaged is not None else list(self.stacked)
-        for name, stacked in zip(self.names, source, strict=True):
+        for name, stacked in zip(self.names, self.stacked, strict=True):
             own[name].copy_(stacked[k])
 
     def keep(self, rows: Sequence[int], optimizer: LambLookahead) -> LambLookahead:
@@ -133,8 +121,6 @@ class MemberStack(nn.Module):
         new = [nn.Parameter(p.detach().index_select(0, index).clone()) for p in old]
         self.stacked = nn.ParameterList(new)
         self.buffer_values = {k: v.index_select(0, index) for k, v in self.buffer_values.items()}
-        if self.averaged is not None:
-            self.averaged = [a.index_select(0, index) for a in self.averaged]
         return optimizer.restricted(old, new, index)
 
 
@@ -171,12 +157,9 @@ def train_members(
     target_columns: Tensor,
     config: TrainConfig,
     dropout_generator: torch.Generator,
-    weight_average: float = 0.0,
 ) -> list[TrainHistory]:
     """Train the members of ``plans`` together (see the module docstring); each plan's module
-    ends with that member's final (best) weights. ``weight_average``: the decay of a moving
-    average of each member's weights that its validation reads and its best checkpoint keeps,
-    as :class:`~semiparam.training.engine.Engine`'s (0: none). Returns each member's history."""
+    ends with that member's final (best) weights. Returns each member's history."""
     device = target_columns.device
     policy = config.masking()
     cardinalities = torch.tensor(layout.cardinalities, device=device)
@@ -241,15 +224,13 @@ def train_members(
             total.backward()
             clip_gradients(list(stack.parameters()), config)
             optimizer.step()
-            if weight_average > 0:
-                stack.average(weight_average)
         for k, stats, rate in zip(active, member_stats, rates, strict=True):
             schedule = schedules[k]
             schedule.record_step(step, {**stats, "lr": rate})
             evaluate = plans[k].evaluate
             if evaluate is not None and schedule.evaluates_at(step):
                 eval_start = time.perf_counter()
-                stack.copy_member(active.index(k), plans[k].module, averaged=True)
+                stack.copy_member(active.index(k), plans[k].module)
                 val_loss = evaluate()
                 schedule.record_eval(step, val_loss, time.perf_counter() - eval_start)
             if schedule.annealed(step):
@@ -268,11 +249,10 @@ def _retire(
     schedules: Sequence[_Schedule],
     start: float,
 ) -> tuple[list[int], LambLookahead]:
-    """Members ``done`` leave the stack: each module gets its last weights (the moving average of
-    them, where there is one and no validation chose the best), then its callbacks restore the
-    best ones; the stack keeps the rest."""
+    """Members ``done`` leave the stack: each module gets its last weights, then its callbacks
+    restore the best ones; the stack keeps the rest."""
     for k in done:
-        stack.copy_member(active.index(k), plans[k].module, averaged=plans[k].evaluate is None)
+        stack.copy_member(active.index(k), plans[k].module)
         schedules[k].finish(time.perf_counter() - start)
     remaining = [k for k in active if k not in done]
     if remaining:

@@ -113,14 +113,12 @@ class Trainer(Engine):
         shards: Sequence[Shard] | None = None,
         n_shards: int = 1,
         group: ProcessGroup | None = None,
-        weight_average: float = 0.0,
     ) -> None:
-        """``weight_average``: see :class:`~semiparam.training.engine.Engine`. ``shards``: the
-        row shards of each step this process handles (of ``n_shards``, see
+        """``shards``: the row shards of each step this process handles (of ``n_shards``, see
         ``training.distributed``), each with its own generators; None: one shard, drawing from
-        ``generator`` (masking) and ``dropout_generator``. ``group``: the processes training this
-        model together (default: torch.distributed's, or this process alone); with more than one
-        the model is wrapped in DistributedDataParallel."""
+        ``generator`` (masking) and ``dropout_generator``. ``group``: the processes training
+        this model together (default: torch.distributed's, or this process alone); with more
+        than one the model is wrapped in DistributedDataParallel."""
         self.layout = layout
         self.policy = config.masking()
         self.target_columns = target_columns
@@ -147,7 +145,6 @@ class Trainer(Engine):
             callbacks=callbacks,
             generators={"masking": self.generator, "dropout": self.dropout_generator},
             group=group,
-            weight_average=weight_average,
         )
         # the module a training step runs: the model, or torch.compile's version of it (which
         # shares its parameters)
