@@ -185,16 +185,6 @@ def test_default_composition_follows_the_table_size():
     learner = TableRegressor(model_options=OPTIONS)._new_learner(small)
     # auto's members anneal for the shortest span; one family alone keeps its preset's anneal
     assert [m.train_config.anneal_fraction for m in learner.members] == [0.0] * 5
-    assert {m.train_config.tradeoff_steps for m in learner.members} == {300}
-    # on a table trained in batches they keep their preset's anneal (NPT 20%, SPIN 30%) and anneal
-    # the feature loss's weight over 100 steps
-    learner = TableRegressor(model_options=OPTIONS)._new_learner(large)
-    assert [m.train_config.anneal_fraction for m in learner.members] == [0.2, 0.3, 0.3]
-    assert {m.train_config.tradeoff_steps for m in learner.members} == {100}
-    assert TableRegressor().resolved_configs("spin", large)[1].tradeoff_steps == 100
-    assert TableRegressor(model="npt").resolved_configs(None, large)[1].tradeoff_steps == 300
-    asked = TableRegressor(train_options={"tradeoff_steps": 50})._new_learner(large)
-    assert {m.train_config.tradeoff_steps for m in asked.members} == {50}
     assert TableRegressor(model="npt").resolved_configs()[1].anneal_fraction == 0.2
     asked = TableRegressor(train_options={"anneal_fraction": 0.1})._new_learner()
     assert {m.train_config.anneal_fraction for m in asked.members} == {0.1}

@@ -53,8 +53,8 @@ _DEFAULT_MEMBERS = {("spin", "cpu"): 3, ("npt", "cpu"): 3}
 #   2 SPIN. On the development suite's small tables the members' errors are mostly variance (a
 #   single member stops on a validation split of a few dozen rows), and a second NPT member gained
 #   far more than a second SPIN member (benchmarks/results/suite32/tabular_defaults.md,
-#   "Sub-ensembles of auto on the tables where it trains 3 NPT + 2 SPIN members", which lists the
-#   fits' i NPT + j SPIN views); their fits are cheap, so this is where members pay. A fourth NPT
+#   "Sub-ensembles of auto" on the tables of at most 1,024 training rows, which lists the fits'
+#   i NPT + j SPIN views); their fits are cheap, so this is where members pay. A fourth NPT
 #   member (4 + 2, measured as the default at 548b260 and shown by its views there) scored as 3 + 2
 #   did and took the fit past the fit-speed budget (benchmarks/results/fit_cost_auto at f3f13fd).
 # - a larger table (trained in batches): 1 NPT + 2 SPIN. There the members' errors are mostly
@@ -67,32 +67,12 @@ AUTO_FAMILIES = ("npt", "spin")
 AUTO_SMALL_TABLE_ROWS = 1024
 _AUTO_MEMBERS = {"cpu": {"small": {"npt": 3, "spin": 2}, "large": {"npt": 1, "spin": 2}}}
 # TrainConfig fields that model="auto" sets for its members where the preset would otherwise decide
-# (an argument or train_options entry still wins), by table size as _AUTO_MEMBERS. NOTE[DIFF]:
-# - a small table (one full batch): the cpu preset's anneal after the plateau (a share of the
-#   steps run: NPT 20%, SPIN 30%) is cut to its shortest (``min_anneal_steps``): most members'
-#   best checkpoint comes before it, and the steps it saves pay for more members within the
-#   fit-speed budget (first measured with four members: the auto rows of
-#   benchmarks/results/suite32/tabular_defaults.md against those of 2 + 2 members with it).
-# - a larger table (trained in batches of 512 rows): the preset's anneal stays, and the
-#   feature-loss weight is annealed over 100 steps, not 300. A step of a batch moves the weights by
-#   that batch's noise too; cut to its shortest anneal, such a fit ended on most members' best
-#   checkpoint at the last steps (diamonds, the stopping table of that report), still improving;
-#   the shorter feature-loss anneal brings the plateau earlier and pays for the anneal's steps.
-#   Chosen on the development suite: that report's auto rows against those of the commit before.
-_AUTO_TRAIN = {
-    "cpu": {
-        "small": {"anneal_fraction": 0.0},
-        "large": {"tradeoff_steps": 100},
-    }
-}
-
-
-def auto_train_defaults(preset: str, n_rows: int | None = None) -> dict[str, Any]:
-    """The TrainConfig fields ``model="auto"`` sets for its members under ``preset`` on a table of
-    ``n_rows`` labelled rows (None: a small table; see ``AUTO_SMALL_TABLE_ROWS``)."""
-    sizes = _AUTO_TRAIN.get(preset, {})
-    small = n_rows is None or n_rows <= AUTO_SMALL_TABLE_ROWS
-    return dict(sizes.get("small" if small else "large", {}))
+# (an argument or train_options entry still wins). NOTE[DIFF]: with four members the cpu preset's
+# anneal after the plateau (a share of the steps run: NPT 20%, SPIN 30%) is cut to its shortest
+# (``min_anneal_steps``): most members' best checkpoint comes before it, and the steps it saves pay
+# for the fourth member within the fit-speed budget; chosen on the development suite (the auto
+# rows of benchmarks/results/suite32/tabular_defaults.md against those of 2 + 2 members with it).
+_AUTO_TRAIN = {"cpu": {"anneal_fraction": 0.0}}
 
 
 def canonical_model_options(
@@ -139,19 +119,14 @@ class TableEstimatorMixin(BaseEstimator):
     # or train_options entry still wins)
     _train_defaults: dict[str, Any] = {}
 
-    def resolved_configs(
-        self, model_name: str | None = None, n_rows: int | None = None
-    ) -> tuple[Any, TrainConfig]:
+    def resolved_configs(self, model_name: str | None = None) -> tuple[Any, TrainConfig]:
         """The model config and :class:`TrainConfig` a fit would use: the preset with this
         estimator's ``model_options``, ``train_options`` and explicit arguments applied (old
-        option keys translated), validated. ``model_name``: one family of ``model="auto"``;
-        ``n_rows``: the labelled rows of the table, which choose some of ``model="auto"``'s
-        training settings (None: a small table)."""
-        return self._configs(model_name, n_rows)
+        option keys translated), validated. ``model_name``: one family of ``model="auto"``."""
+        return self._configs(model_name)
 
-    def _configs(self, model_name: str | None = None, n_rows: int | None = None) -> tuple[Any, TrainConfig]:
-        """The model and training configs of ``model_name`` (default: this estimator's model) on
-        a table of ``n_rows`` labelled rows (None: unknown, a small table)."""
+    def _configs(self, model_name: str | None = None) -> tuple[Any, TrainConfig]:
+        """The model and training configs of ``model_name`` (default: this estimator's model)."""
         model_name = model_name or self._model_name
         config_cls, _ = get_model(model_name)
         model_config = config_cls.preset(self.preset)
@@ -165,7 +140,7 @@ class TableEstimatorMixin(BaseEstimator):
         if clash:
             raise ConfigError(f"{clash} given both as arguments and in train_options")
         defaults = {
-            **(auto_train_defaults(self.preset, n_rows) if self._model_name == AUTO else {}),
+            **(_AUTO_TRAIN.get(self.preset, {}) if self._model_name == AUTO else {}),
             **self._train_defaults,
         }
         defaults = {k: v for k, v in defaults.items() if k not in explicit and k not in options}
@@ -256,7 +231,7 @@ class TableEstimatorMixin(BaseEstimator):
         names = AUTO_FAMILIES if model == AUTO else (model,)
         families = []
         for name in names:
-            model_config, train_config = self._configs(name, n_rows)
+            model_config, train_config = self._configs(name)
             n = default_members(model, self.preset, name, n_rows) if n_members is None else int(n_members)
             families.append(Family(name, model_config, train_config, n))
         seed = check_random_state(self.random_state).randint(0, 2**31 - 1)
