@@ -8,13 +8,7 @@ import pandas as pd
 import pytest
 
 from semiparam import ConfigError, TableClassifier, TableRegressor
-from semiparam.estimators._ensemble import (
-    MIN_SELECTION_ROWS,
-    EnsembleLearner,
-    Family,
-    greedy_selection,
-    selection_pays,
-)
+from semiparam.estimators._ensemble import MIN_SELECTION_ROWS, EnsembleLearner, Family, greedy_selection
 from semiparam.estimators.learner import HELD_OUT_FILE, TableLearner, prediction_loss
 from semiparam.models.npt import NPTConfig
 from semiparam.models.spin import SPINConfig
@@ -205,39 +199,3 @@ def test_ensemble_selection_is_a_count_of_rounds():
     for bad in (-1, True):
         with pytest.raises(ConfigError, match="ensemble_selection must be an int"):
             TrainConfig(ensemble_selection=bad)
-
-
-def test_selection_pays_only_beyond_the_noise_of_the_paired_row_losses():
-    rng = np.random.default_rng(0)
-    truth = rng.normal(size=400)
-    reference = {"truth": truth, "weight": np.ones(len(truth))}
-    good = truth + rng.normal(scale=0.2, size=len(truth))
-    bad = truth + rng.normal(scale=1.0, size=len(truth))
-    plain, alone = np.array([0.5, 0.5]), np.array([1.0, 0.0])
-    # the good family alone is far better than the mean of both on 400 rows
-    assert selection_pays(reference, [good, bad], alone, plain, z=2.0)
-    # two families of the same quality: what a selection gains is noise, and no z of 2 passes it
-    twin = truth + rng.normal(scale=0.2, size=len(truth))
-    assert not selection_pays(reference, [good, twin], alone, plain, z=2.0)
-    # the same weights as the plain average gain nothing
-    assert not selection_pays(reference, [good, bad], plain, plain, z=0.5)
-    # class probabilities: the row's log loss
-    labels = rng.integers(0, 2, size=400)
-    sure = np.where(labels[:, None] == np.arange(2), 0.9, 0.1)
-    coin = np.full((400, 2), 0.5)
-    proba_ref = {"truth": labels, "weight": np.ones(400)}
-    assert selection_pays(proba_ref, [sure, coin], alone, plain, z=3.0)
-    assert not selection_pays(proba_ref, [sure, coin], np.array([0.0, 1.0]), plain, z=0.0)
-
-
-def test_a_selection_within_the_noise_leaves_the_plain_average(frame):
-    X, y = frame
-    options = {**SELECT, "selection_z": 1e6}  # nothing passes: the plain average
-    gated = TableRegressor(n_estimators=2, **{**FAST, "train_options": options}).fit(X.iloc[:240], y[:240])
-    weights = [m.ensemble_weights[TARGET] for m in gated.learner_.members]
-    np.testing.assert_allclose(weights, 0.25)
-    np.testing.assert_allclose(gated.predict(X.iloc[240:]), member_means(gated, X.iloc[240:]).mean(axis=0))
-    assert TrainConfig().selection_z == 0.0  # Caruana et al.'s rule: any gain
-    for bad in (-1.0, float("nan"), float("inf")):
-        with pytest.raises(ConfigError, match="selection_z must be"):
-            TrainConfig(selection_z=bad)

@@ -40,7 +40,7 @@ from ..training.members import MemberPlan, train_members
 from ..training.seeding import seeded_build
 from ..training.trainer import ProgressBar, TrainHistory
 from ._context import PredictionContext
-from .learner import TableLearner, prediction_loss, row_losses
+from .learner import TableLearner, prediction_loss
 from .model_dir import read_model_dir, save_model_dir
 
 
@@ -363,10 +363,7 @@ class EnsembleLearner:
         mean of its members that did not train on it, so the families are compared on the same
         rows, none of which any of them trained on (the members of the later families hold out
         the first family's rows; see ``__init__``). Fewer than ``MIN_SELECTION_ROWS`` such rows,
-        one family, or no rounds: every member weighs the same. With ``TrainConfig.selection_z``
-        > 0 the selected weights stand only where they beat that plain average on those rows by
-        more than ``selection_z`` standard errors of the rows' paired loss differences
-        (:func:`selection_pays`); elsewhere every member weighs the same.
+        one family, or no rounds: every member weighs the same.
 
         NOTE[DIFF]: the papers train one model; the ensembles of the AutoML systems (AutoGluon's
         weighted ensemble) weigh their models this way on out-of-fold predictions."""
@@ -390,10 +387,6 @@ class EnsembleLearner:
             reference["truth"] = reference["truth"].astype(entries[0][0]["truth"].dtype)
             candidates = [_rows_mean(es, rows, key) for es in entries]
             weights = greedy_selection(candidates, functools.partial(prediction_loss, reference), rounds)
-            sizes = np.array([len(group) for group in groups], dtype=np.float64)
-            z = self.train_config.selection_z
-            if z > 0 and not selection_pays(reference, candidates, weights, sizes / sizes.sum(), z):
-                weights = sizes / sizes.sum()  # the plain average: every member the same
             for group, weight in zip(groups, weights, strict=True):
                 for member in group:
                     member.ensemble_weights[name] = float(weight) / len(group)
@@ -723,30 +716,6 @@ def greedy_selection(
         counts[best] += 1
         total = total + candidates[best]
     return counts / rounds
-
-
-def selection_pays(
-    reference: dict[str, np.ndarray],
-    candidates: Sequence[np.ndarray],
-    selected: np.ndarray,
-    plain: np.ndarray,
-    z: float,
-) -> bool:
-    """Whether the mix of ``candidates`` under the ``selected`` weights beats their mix under the
-    ``plain`` weights on the held-out rows of ``reference`` (their truth and sample weights) by
-    more than ``z`` standard errors: the rows' losses are paired (each row scored under both),
-    and the weighted mean of the differences must lie below ``-z`` times its standard error."""
-    stacked = np.stack(candidates)
-    diff = row_losses(reference, np.tensordot(selected, stacked, axes=1)) - row_losses(
-        reference, np.tensordot(plain, stacked, axes=1)
-    )
-    w = reference["weight"] / reference["weight"].sum()
-    mean = float(w @ diff)
-    n_eff = 1.0 / float((w**2).sum())  # the rows' effective count under their weights
-    if n_eff <= 1.0:
-        return False
-    variance = float(w @ (diff - mean) ** 2) * n_eff / (n_eff - 1.0)
-    return mean < -z * np.sqrt(variance / n_eff)
 
 
 def _rows_mean(entries: Sequence[dict[str, np.ndarray]], rows: np.ndarray, field: str) -> np.ndarray:

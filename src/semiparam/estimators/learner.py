@@ -80,20 +80,14 @@ class TrainingSetup:
     validation: tuple[EncodedTable, EncodedTable] | None = None  # (context, validation rows)
 
 
-def row_losses(entry: dict[str, np.ndarray], prediction: np.ndarray) -> np.ndarray:
-    """Each held-out row's loss under ``prediction`` (probabilities (k, C), or means (k,)) of the
-    rows ``entry`` (:meth:`TableLearner.held_out_rows`): log loss, or squared error in the
-    target's units."""
+def prediction_loss(entry: dict[str, np.ndarray], prediction: np.ndarray) -> float:
+    """The loss of ``prediction`` (probabilities (k, C), or means (k,)) of the held-out rows
+    ``entry`` (:meth:`TableLearner.held_out_rows`): weighted log loss, or weighted mean squared
+    error in the target's units."""
     if prediction.ndim == 2:
         picked = np.clip(prediction[np.arange(len(entry["truth"])), entry["truth"]], 1e-15, 1.0)
-        return -np.log(picked)
-    return (prediction - entry["truth"]) ** 2
-
-
-def prediction_loss(entry: dict[str, np.ndarray], prediction: np.ndarray) -> float:
-    """The loss of ``prediction`` of the held-out rows ``entry`` (see :func:`row_losses`), weighed
-    by the rows' sample weights: log loss, or mean squared error in the target's units."""
-    return float(np.average(row_losses(entry, prediction), weights=entry["weight"]))
+        return float(np.average(-np.log(picked), weights=entry["weight"]))
+    return float(np.average((prediction - entry["truth"]) ** 2, weights=entry["weight"]))
 
 
 def validation_scores(held: dict[str, dict[str, np.ndarray]], n_rows: int) -> dict[str, dict[str, float]]:

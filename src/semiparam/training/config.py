@@ -303,12 +303,6 @@ class PredictionSettings(FrozenConfig):
     # rounds), and on the smallest tables a few dozen held-out rows choose a family by noise.
     # NOTE[DIFF]: the papers train one model (see EnsembleLearner.select_weights)
     ensemble_selection: int = 0
-    # the selected weights replace the plain average only where, on those held-out rows, they
-    # lower the loss by more than this many standard errors of the rows' paired loss differences
-    # (0: wherever they lower it at all, the rule of Caruana et al.). A family that is better on a
-    # table is then weighed up where the rows show it, and a few rows that cannot tell the
-    # families apart leave the plain average
-    selection_z: float = 0.0
 
     # the highest temperature calibration may choose (and the bound min_temperature must stay below)
     MAX_TEMPERATURE = math.e**3
@@ -318,8 +312,6 @@ class PredictionSettings(FrozenConfig):
         _counts(self, "max_context_rows", "predict_batch_size")
         if self.ensemble_selection < 0:  # a bool is refused as not an int before this
             raise ConfigError(f"ensemble_selection must be an integer >= 0, got {self.ensemble_selection!r}")
-        if not (math.isfinite(self.selection_z) and self.selection_z >= 0):
-            raise ConfigError(f"selection_z must be a finite number >= 0, got {self.selection_z!r}")
         if not 0.0 < self.min_temperature < self.MAX_TEMPERATURE:
             raise ConfigError(
                 f"min_temperature must be in (0, e^3 = {self.MAX_TEMPERATURE:.4g}), "
@@ -433,7 +425,7 @@ class TrainConfig(  # a dataclass puts its last base's fields first: schedule, o
     LATER_FIELDS = (*NEURAL_PROCESS_ONLY, "lookup_every", "twin_noise", "twin_min_steps")
     # fields that act only after training (on the fitted model): a checkpoint resumes whatever
     # they are, so they never enter its fingerprint
-    AFTER_TRAINING = ("min_temperature", "ensemble_selection", "selection_z")
+    AFTER_TRAINING = ("min_temperature", "ensemble_selection")
 
     def fingerprint_dict(self) -> dict[str, Any]:
         """The base's (renamed keys spelt as before, ``LATER_FIELDS`` at their defaults left out)
