@@ -46,9 +46,8 @@ def regressor(frame):
 
 
 def member_means(model, X):
-    # each member from the rows as it encodes them (model="auto" mixes two feature transforms)
-    members = model.learner_.members
-    return np.stack([m.predict_columns(X, [TARGET], absent=[TARGET])[TARGET]["mean"] for m in members])
+    encoded = model.learner_.encoder.transform(X, absent=[TARGET])
+    return np.stack([m.predict_columns(encoded, [TARGET])[TARGET]["mean"] for m in model.learner_.members])
 
 
 def test_greedy_selection_takes_the_better_candidate_alone_and_mixes_complementary_ones():

@@ -1,6 +1,5 @@
 """TableClassifier / TableRegressor with ``model="auto"``: NPT and SPIN members in one ensemble."""
 
-import copy
 import inspect
 
 import numpy as np
@@ -17,7 +16,6 @@ from semiparam import (
     TableRegressor,
 )
 from semiparam.estimators._ensemble import EnsembleLearner, Family
-from semiparam.estimators.explain import Explainer
 from semiparam.models.npt import NPTConfig
 from semiparam.models.spin import SPINConfig
 from semiparam.training.config import TrainConfig
@@ -49,32 +47,21 @@ def test_auto_is_the_default_and_trains_both_families(auto_classifier):
     assert [m.model_name for m in learner.members] == ["npt", "npt", "spin", "spin"]
     assert learner.model_name == "npt+spin"
     assert "2 npt + 2 spin members" in learner.describe_fit()
-    # each member has its own seed; the members of each family alternate feature transforms,
-    # each reading the encoder of its transform, the standardising one the ensemble's own
+    # each member has its own seed; one encoder for all
     assert len({m.seed for m in learner.members}) == 4
-    transforms = [m.train_config.feature_transform for m in learner.members]
-    assert transforms == ["quantile", "standard", "quantile", "standard"]
-    assert auto_classifier.resolved_configs("spin")[1].feature_transform == "mixed"
-    quantile, standard = learner.members[0].encoder, learner.members[1].encoder
-    assert quantile.quantiles and not standard.quantiles and learner.encoder is standard
-    assert [m.encoder for m in learner.members] == [quantile, standard, quantile, standard]
-    assert learner.members[2].encoder is quantile
+    assert all(m.encoder is learner.encoder for m in learner.members)
 
 
 def test_auto_prediction_is_the_mean_of_every_member(auto_classifier, frame):
     X, _, _ = frame
     queries = X.iloc[70:]
     proba = auto_classifier.predict_proba(queries)
-    per_member = [  # each member from the rows as its own encoder encodes them
-        m.predict_columns(queries, ["__target__"], absent=["__target__"])["__target__"]["proba"]
+    encoded = auto_classifier.learner_.encoder.transform(queries, absent=["__target__"])
+    per_member = [
+        m.predict_columns(encoded, ["__target__"])["__target__"]["proba"]
         for m in auto_classifier.learner_.members
     ]
     np.testing.assert_allclose(proba, np.mean(per_member, axis=0), rtol=1e-6)
-    # rows given already encoded (by the ensemble's encoder) are re-encoded for each member
-    learner = auto_classifier.learner_
-    encoded = learner.encoder.transform(queries, absent=["__target__"])
-    given = learner.predict_columns(encoded, ["__target__"])["__target__"]["proba"]
-    np.testing.assert_allclose(given, proba, rtol=1e-5, atol=1e-7)
     # the two families predict differently: the average is not one family's
     npt, spin = np.mean(per_member[:2], axis=0), np.mean(per_member[2:], axis=0)
     assert not np.allclose(npt, spin)
@@ -88,49 +75,6 @@ def test_auto_round_trip(auto_classifier, frame, tmp_path):
     np.testing.assert_array_equal(
         loaded.predict_proba(X.iloc[70:]), auto_classifier.predict_proba(X.iloc[70:])
     )
-    # the ensemble's encoder and each member's, shared as when fitted
-    learner, fitted = loaded.learner_, auto_classifier.learner_
-    assert learner.encoder == fitted.encoder and not learner.encoder.quantiles
-    assert [m.encoder for m in learner.members] == [m.encoder for m in fitted.members]
-    assert len({id(m.encoder) for m in learner.members}) == 2
-    assert learner.members[1].encoder is learner.encoder
-
-
-def test_mixed_transforms_in_explanations_and_contexts(auto_classifier, frame):
-    """The explanations' probes and a new context reach each member in its own encoding."""
-    X, y, _ = frame
-    queries = X.iloc[70:]
-    ex = Explainer(auto_classifier, None, None)
-    np.testing.assert_allclose(
-        ex.predict(ex.queries(queries)), auto_classifier.predict_proba(queries), rtol=1e-5, atol=1e-7
-    )
-    given = Explainer(auto_classifier, (X.iloc[:40], y[:40]), None)
-    table = auto_classifier._context_table(X.iloc[:40], y[:40])
-    own = [m.encoder.transform(table) for m in given.members]
-    for (context, _), rows in zip(given.contexts, own, strict=True):
-        np.testing.assert_array_equal(context.values, rows.values)
-    model = copy.deepcopy(auto_classifier)
-    model.set_context(X.iloc[:40], y[:40])
-    np.testing.assert_allclose(
-        given.predict(given.queries(queries)), model.predict_proba(queries), rtol=1e-5, atol=1e-7
-    )
-    for member, rows in zip(model.learner_.members, own, strict=True):
-        if member.keeps_training_rows:
-            np.testing.assert_array_equal(member.context.rows.values, rows.values)
-
-
-def test_a_single_family_may_mix_transforms(frame):
-    X, _, y = frame
-    fast = {**FAST, "model_options": OPTIONS["npt"]}
-    reg = NPTRegressor(n_estimators=3, train_options={"feature_transform": "mixed"}, **fast)
-    reg.fit(X.iloc[:70], y[:70])
-    transforms = [m.train_config.feature_transform for m in reg.learner_.members]
-    assert transforms == ["quantile", "standard", "quantile"]
-    assert np.isfinite(reg.predict(X.iloc[70:])).all()
-    # one member alone: the quantile map
-    one = NPTRegressor(n_estimators=1, train_options={"feature_transform": "mixed"}, **fast)
-    one.fit(X.iloc[:70], y[:70])
-    assert one.learner_.members[0].encoder.quantiles and one.learner_.encoder.quantiles
 
 
 def test_auto_regressor_and_set_context(frame):
@@ -189,13 +133,9 @@ def test_single_family_estimators_take_no_model_argument():
 def test_families_that_encode_differently_are_refused():
     npt, spin = NPTConfig.cpu(), SPINConfig.cpu()
     cpu = TrainConfig.preset("cpu", model="npt")
-    other = TrainConfig.preset("cpu", model="spin").replace(min_category_count=cpu.min_category_count + 1)
-    with pytest.raises(ValueError, match="min_category_count differ"):
+    other = TrainConfig.preset("cpu", model="spin").replace(feature_transform="standard")
+    with pytest.raises(ValueError, match="feature_transform differ"):
         EnsembleLearner("npt", npt, cpu, more_families=[Family("spin", spin, other, 1)])
-    # a feature transform of their own is fine: each member reads its own encoding
-    standard = TrainConfig.preset("cpu", model="spin").replace(feature_transform="standard")
-    mixed = EnsembleLearner("npt", npt, cpu, n_members=2, more_families=[Family("spin", spin, standard, 1)])
-    assert [m.train_config.feature_transform for m in mixed.members] == ["quantile"] * 2 + ["standard"]
 
 
 def test_auto_members_trained_as_stacks(frame):

@@ -137,39 +137,3 @@ def test_override_names_unknown_column(mixed_frame):
         infer_schema(mixed_frame, targets=["nope"])
     with pytest.raises(DataValidationError, match="both"):
         infer_schema(mixed_frame, categorical=["num"], continuous=["num"])
-
-
-def test_recode_reencodes_standardised_rows_as_the_quantile_map_encodes_them():
-    """Rows encoded by a standardising encoder, re-encoded by a quantile one, equal that one's
-    own encoding: at values many rows share (the map jumps there), beyond the training range, in
-    missing cells and in categorical ones."""
-    from semiparam.data.table import TableSchema
-
-    rng = np.random.default_rng(3)
-    n = 400
-    train = pd.DataFrame(
-        {
-            "count": rng.integers(0, 5, n).astype(float),
-            "money": rng.lognormal(size=n) * 1e4,
-            "kind": rng.choice(["a", "b", "c"], n),
-            "y": rng.normal(size=n),
-        }
-    )
-    train.loc[::9, "count"] = np.nan
-    schema = TableSchema(infer_schema(train).columns, ("y",))
-    standard = TableEncoder.fit(train, schema)
-    quantile = TableEncoder.fit(train, schema, quantile_columns=["count", "money"])
-    rows = train.copy()
-    rows["money"] = rows["money"] * 1.5 + 7.0  # some beyond the training range
-    given = standard.transform(rows)
-    recoded = quantile.recode(given, standard)
-    own = quantile.transform(rows)
-    np.testing.assert_allclose(recoded.values, own.values, atol=1e-5)
-    np.testing.assert_array_equal(recoded.missing, own.missing)
-    assert quantile.recode(own, quantile) is own  # the same encoder: nothing to do
-    other = TableEncoder.fit(
-        train.rename(columns={"kind": "sort"}),
-        TableSchema(infer_schema(train.rename(columns={"kind": "sort"})).columns, ("y",)),
-    )
-    with pytest.raises(DataValidationError, match="cannot be re-encoded"):
-        quantile.recode(given, other)

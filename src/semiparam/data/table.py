@@ -399,45 +399,6 @@ class TableEncoder:
             missing[:, j] = miss
         return EncodedTable(values, missing)
 
-    def recode(self, enc: EncodedTable, source: TableEncoder) -> EncodedTable:
-        """``enc``, rows encoded by ``source`` (an encoder of the same schema fitted on the same
-        rows under another ``feature_transform``), as this encoder encodes them: each continuous
-        column whose encodings differ is decoded to its original units and encoded again.
-        Missing cells stay missing; categorical cells are the same codes in both.
-
-        A value decoded from float32 is the original only to about 1e-7 of the column's spread,
-        and the quantile map jumps at a value that many training rows share (an integer count):
-        a decoded value that close to one of this encoder's quantiles is taken to be it."""
-        if source is self or source == self:
-            return enc
-        if source.schema.names != self.schema.names:
-            raise DataValidationError(
-                f"rows encoded for columns {list(source.schema.names)} cannot be re-encoded for "
-                f"{list(self.schema.names)}"
-            )
-        values = enc.values.copy()
-        for j, spec in enumerate(self.schema.columns):
-            name = spec.name
-            if spec.kind != CONTINUOUS or (
-                source.means[name] == self.means[name]
-                and source.stds[name] == self.stds[name]
-                and source.quantiles.get(name) == self.quantiles.get(name)
-            ):
-                continue
-            seen = ~enc.missing[:, j]
-            if not seen.any():
-                continue
-            z = enc.values[seen, j].astype(np.float64)
-            x = source.decode_continuous(name, z)
-            if name in self.quantiles:
-                nodes = np.asarray(self.quantiles[name]["quantiles"])
-                tolerance = 4 * np.finfo(np.float32).eps * source.stds[name] * (np.abs(z) + 1.0)
-                nearest = nodes[np.clip(np.searchsorted(nodes, x), 1, len(nodes) - 1) - [[1], [0]]]
-                closest = nearest[np.argmin(np.abs(nearest - x), axis=0), np.arange(len(x))]
-                x = np.where(np.abs(closest - x) <= tolerance, closest, x)
-            values[seen, j] = (self._forward_map(name, x) - self.means[name]) / self.stds[name]
-        return EncodedTable(values, enc.missing, enc.weights)
-
     def decode_continuous(self, name: str, z: np.ndarray) -> np.ndarray:
         x = z * self.stds[name] + self.means[name]
         qt = self._quantile_map(name)

@@ -1,10 +1,9 @@
-"""An ensemble of table models over one table, encoded once per feature transform.
+"""An ensemble of table models that share one fitted encoder and one encoded table.
 
 ``EnsembleLearner`` is what the estimators hold as ``learner_``: ``n_members`` :class:`TableLearner`
 members, each trained with its own seed, hence its own validation split, weight initialisation,
 masks and minibatch order (and, above ``max_context_rows``, its own context sample). The encoder
-is fitted once and the table encoded once per ``feature_transform`` its members use (one, unless
-``"mixed"`` has them alternate); members of one transform read the same arrays. Predictions are
+is fitted once and the table encoded once; every member reads the same arrays. Predictions are
 averaged in probability for categorical columns; for continuous columns the mean of the members'
 means, and with a Gaussian head the standard deviation of the mixture of the members'
 Gaussians. Every member weighs the same, unless ``TrainConfig.ensemble_selection`` asks for the
@@ -108,26 +107,18 @@ class EnsembleHistory:
         return cls([TrainHistory(**m) for m in d["members"]], d.get("seconds", 0.0))
 
 
-@dataclasses.dataclass(frozen=True)
-class Encoding:
-    """A table as one encoder encodes it: the training rows and the unlabelled rows (if any)."""
-
-    encoder: TableEncoder
-    rows: EncodedTable
-    unlabeled: EncodedTable | None = None
-
-
 @dataclasses.dataclass
 class _MemberFit:
-    """Fit one member on its encoded rows and return it packed (a Ray task's body)."""
+    """Fit one member on the shared encoded rows and return it packed (a Ray task's body)."""
 
+    encoder: TableEncoder
+    enc: EncodedTable
+    enc_u: EncodedTable | None
     resume: bool
 
-    def __call__(self, job: tuple[TableLearner, Path | None, Encoding]) -> dict[str, bytes]:
-        member, member_dir, view = job
-        member.fit_encoded(
-            view.encoder, view.rows, view.unlabeled, checkpoint_dir=member_dir, resume=self.resume
-        )
+    def __call__(self, job: tuple[TableLearner, Path | None]) -> dict[str, bytes]:
+        member, member_dir = job
+        member.fit_encoded(self.encoder, self.enc, self.enc_u, checkpoint_dir=member_dir, resume=self.resume)
         return member.to_files()
 
 
@@ -149,20 +140,9 @@ class Family:
     n_members: int
 
 
-# TrainConfig fields that decide the table's schema (its categories): every member of an
-# ensemble reads one schema, so the families must agree (each member may transform its continuous
-# features its own way: ``feature_transform``)
-ENCODING_FIELDS = ("min_category_count",)
-# feature_transform="mixed": the transform of each family's member k is MIXED_TRANSFORMS[k % 2]
-MIXED_TRANSFORMS = ("quantile", "standard")
-
-
-def member_transform(config: TrainConfig, k: int) -> TrainConfig:
-    """The settings of a family's member ``k``: ``config``, with ``feature_transform="mixed"``
-    resolved to that member's transform (:data:`MIXED_TRANSFORMS`)."""
-    if config.feature_transform != "mixed":
-        return config
-    return config.replace(feature_transform=MIXED_TRANSFORMS[k % len(MIXED_TRANSFORMS)])
+# TrainConfig fields that decide how a table is encoded: every family of an ensemble reads one
+# encoding, so they must agree
+ENCODING_FIELDS = ("feature_transform", "min_category_count")
 
 
 class EnsembleLearner:
@@ -217,12 +197,12 @@ class EnsembleLearner:
                 TableLearner(
                     family.model_name,
                     family.model_config,
-                    member_transform(config, k),
+                    config,
                     device=device,
                     seed=next(seeds),
                     verbose=verbose,
                 )
-                for k in range(family.n_members)
+                for _ in range(family.n_members)
             ]
         if total > 1:
             for k, member in enumerate(self.members):
@@ -238,10 +218,6 @@ class EnsembleLearner:
             for member, leader in zip(self.members[start : start + family.n_members], lead, strict=False):
                 member.split_seed = leader.seed
             start += family.n_members
-        # the encoder of the rows given to the ensemble already encoded (set_context, the
-        # explanations' queries): the members' own where they all share one; with several
-        # feature transforms, the standardising one, which each member re-encodes exactly
-        # (TableEncoder.recode)
         self.encoder: TableEncoder | None = None
         self.history: EnsembleHistory | None = None
         # whether predictions weigh the members by their ensemble_weights (False: all the same)
@@ -302,22 +278,18 @@ class EnsembleLearner:
         rows' weights in the training and validation losses (None: every row 1). See
         :meth:`TableLearner.fit_encoded`."""
         start = time.perf_counter()
-        encodings: dict[str, Encoding] = {}
-        for member in self.members:  # the encoder fitted and the table encoded once per transform
-            transform = member.train_config.feature_transform
-            if transform not in encodings:
-                enc, enc_u = member.encode_for_fit(frame, schema, unlabeled)
-                if sample_weight is not None:
-                    enc = dataclasses.replace(enc, weights=np.asarray(sample_weight, dtype=np.float32))
-                assert member.encoder is not None
-                encodings[transform] = Encoding(member.encoder, enc, enc_u)
+        first = self.members[0]
+        enc, enc_u = first.encode_for_fit(frame, schema, unlabeled)
+        if sample_weight is not None:
+            enc = dataclasses.replace(enc, weights=np.asarray(sample_weight, dtype=np.float32))
+        assert first.encoder is not None
         if evaluation is not None:
-            rows = {t: e.encoder.transform(evaluation) for t, e in encodings.items()}
+            rows = first.encoder.transform(evaluation)
             for member in self.members:
-                member.eval_rows = rows[member.train_config.feature_transform]
-        views = [encodings[m.train_config.feature_transform] for m in self.members]
-        canonical = encodings.get("standard", views[0])
-        return self._fit_views(canonical.encoder, views, checkpoint_dir, resume, start)
+                member.eval_rows = rows
+        return self.fit_encoded(
+            first.encoder, enc, enc_u, checkpoint_dir=checkpoint_dir, resume=resume, started=start
+        )
 
     def fit_encoded(
         self,
@@ -333,18 +305,6 @@ class EnsembleLearner:
         their pixels themselves). ``started``: the ``time.perf_counter()`` the fit's clock starts
         at (default: now)."""
         start = time.perf_counter() if started is None else started
-        view = Encoding(encoder, enc, enc_u)
-        return self._fit_views(encoder, [view] * len(self.members), checkpoint_dir, resume, start)
-
-    def _fit_views(
-        self,
-        encoder: TableEncoder,
-        views: Sequence[Encoding],
-        checkpoint_dir: str | Path | None,
-        resume: bool,
-        start: float,
-    ) -> EnsembleLearner:
-        """Fit member k on ``views[k]``; ``encoder``: the ensemble's (see ``__init__``)."""
         self.encoder = encoder
         if self.verbose:
             print(f"semiparam: {self.describe_fit(checkpoint_dir)}", file=sys.stderr, flush=True)
@@ -354,28 +314,25 @@ class EnsembleLearner:
         ]
         workers = self.concurrent_workers(checkpoint_dir)
         if self.trains_together(checkpoint_dir):
-            self._fit_together(views)
+            self._fit_together(enc, enc_u)
         elif workers > 1:
-            self._fit_concurrently(views, member_dirs, resume, workers)
+            self._fit_concurrently(enc, enc_u, member_dirs, resume, workers)
         elif self.executor == "serial" or len(self.members) == 1:
             overhead = 0.0  # seconds a member's fit spends outside its training steps, as measured
-            for k, (member, member_dir, view) in enumerate(
-                zip(self.members, member_dirs, views, strict=True)
-            ):
+            for k, (member, member_dir) in enumerate(zip(self.members, member_dirs, strict=True)):
                 budget = self._member_budget(k, time.perf_counter() - start, overhead)
                 if budget is not None:
                     member.train_config = member.train_config.replace(time_budget=budget)
                 began = time.perf_counter()
-                member.fit_encoded(
-                    view.encoder, view.rows, view.unlabeled, checkpoint_dir=member_dir, resume=resume
-                )
+                member.fit_encoded(self.encoder, enc, enc_u, checkpoint_dir=member_dir, resume=resume)
                 assert member.history is not None
                 overhead = max(overhead, time.perf_counter() - began - member.history.seconds)
         else:
             # one Ray task per member; each returns its fitted member in the saved format
+            fit = _MemberFit(self.encoder, enc, enc_u, resume)
             packed = map_tasks(
-                _MemberFit(resume),
-                list(zip(self.members, member_dirs, views, strict=True)),
+                fit,
+                list(zip(self.members, member_dirs, strict=True)),
                 executor=self.executor,
                 address=self.ray_address,
                 threads=self.member_threads(checkpoint_dir),
@@ -383,8 +340,8 @@ class EnsembleLearner:
             self.members = [
                 TableLearner.from_files(f, device=m.device) for f, m in zip(packed, self.members, strict=True)
             ]
-            for m, view in zip(self.members, views, strict=True):
-                m.encoder = view.encoder  # the encoders shared, as when fitted here
+            for m in self.members:
+                m.encoder = self.encoder  # one encoder, as when fitted here
         self.select_weights()
         self.history = EnsembleHistory(
             [m.history for m in self.members if m.history is not None], time.perf_counter() - start
@@ -502,7 +459,8 @@ class EnsembleLearner:
 
     def _fit_concurrently(
         self,
-        views: Sequence[Encoding],
+        enc: EncodedTable,
+        enc_u: EncodedTable | None,
         member_dirs: Sequence[Path | None],
         resume: bool,
         workers: int,
@@ -521,9 +479,8 @@ class EnsembleLearner:
             member.bar_position = k
 
         def fit(k: int) -> None:
-            view = views[k]
             self.members[k].fit_encoded(
-                view.encoder, view.rows, view.unlabeled, checkpoint_dir=member_dirs[k], resume=resume
+                self.encoder, enc, enc_u, checkpoint_dir=member_dirs[k], resume=resume
             )
 
         before = torch.get_num_threads()
@@ -543,24 +500,22 @@ class EnsembleLearner:
             for member in self.members:
                 member.bar_position = None
 
-    def _fit_together(self, views: Sequence[Encoding]) -> None:
+    def _fit_together(self, enc: EncodedTable, enc_u: EncodedTable | None) -> None:
+        assert self.encoder is not None
         # one stack per model family (a stack is one architecture), the families one after the
         # other, each with its share of a time budget
         budget = self.train_config.time_budget
-        view_of = dict(zip(map(id, self.members), views, strict=True))
         for group in self.families().values():
             for member in group:  # on the whole table, so the members of a stack agree
-                member.encoder = view_of[id(member)].encoder
-                member.fix_for_table(view_of[id(member)].rows)
+                member.encoder = self.encoder
+                member.fix_for_table(enc)
             config = group[0].train_config
             if budget is not None:  # the members of a stack train at once: the stack's share each
                 config = config.replace(time_budget=budget * len(group) / len(self.members))
             plans, setups = [], []
             for member in group:
-                view = view_of[id(member)]
-                # the stack's settings, but for how each member encodes its features
-                member.train_config = config.replace(feature_transform=member.train_config.feature_transform)
-                setup = member.training_setup(view.encoder, view.rows, view.unlabeled)
+                member.train_config = config
+                setup = member.training_setup(self.encoder, enc, enc_u)
                 if member is not self.members[0]:  # one progress bar, the first member's
                     setup.callbacks[0] = ProgressBar(False)
                 member.module, _ = seeded_build(member._build_module, member.seed, member.device)
@@ -576,7 +531,7 @@ class EnsembleLearner:
             histories = train_members(plans, first.schema.layout(), first.target_mask(), config, dropout)
             for member, setup, history in zip(group, setups, histories, strict=True):
                 member.history = history
-                member.finish_fit(setup, view_of[id(member)].rows)
+                member.finish_fit(setup, enc)
 
     def describe_fit(self, checkpoint_dir: str | Path | None = None) -> str:
         """Where and how the members train, e.g. ``"3 npt members on cuda, bf16 autocast"``."""
@@ -602,33 +557,13 @@ class EnsembleLearner:
         self.executor, self.ray_address = executor, ray_address
 
     def set_context(self, context: EncodedTable) -> None:
-        """Replace every member's context with ``context``: rows encoded by :attr:`encoder`."""
-        for member, rows in zip(self.members, self.member_rows(context), strict=True):
-            member.set_context(rows)
+        for member in self.members:
+            member.set_context(context)
 
     def refresh_context(self, frame: pd.DataFrame) -> None:
-        """Replace every member's context with the rows of ``frame``, encoded once per encoder."""
-        for member, rows in zip(self.members, self.member_rows(frame), strict=True):
-            member.set_context(rows)
-
-    def member_rows(
-        self, rows: pd.DataFrame | EncodedTable, *, absent: Sequence[str] = ()
-    ) -> list[EncodedTable]:
-        """``rows`` as each member encodes them: a table encoded once per distinct encoder of the
-        members (``absent``: see :meth:`TableEncoder.transform`), or rows encoded by
-        :attr:`encoder` re-encoded for the members that encode otherwise."""
+        """Replace every member's context with the rows of ``frame``, encoded once."""
         assert self.encoder is not None
-        done: dict[int, EncodedTable] = {}
-        out = []
-        for member in self.members:
-            encoder = member.encoder or self.encoder
-            if id(encoder) not in done:
-                if isinstance(rows, EncodedTable):
-                    done[id(encoder)] = encoder.recode(rows, self.encoder)
-                else:
-                    done[id(encoder)] = encoder.transform(rows, absent=absent)
-            out.append(done[id(encoder)])
-        return out
+        self.set_context(self.encoder.transform(frame))
 
     # -- prediction -----------------------------------------------------------------------------
     def predict_columns(
@@ -637,16 +572,10 @@ class EnsembleLearner:
         """As :meth:`TableLearner.predict_columns`, the members' predictions combined: averaged
         under their weights (:meth:`member_weights`; the mixture of their Gaussians)."""
         assert self.encoder is not None
-        n_rows = len(frame.values) if isinstance(frame, EncodedTable) else len(frame)
-        if self.executor == "ray" and n_rows > self.predict_shard_rows:
-            queries = (
-                frame if isinstance(frame, EncodedTable) else self.encoder.transform(frame, absent=absent)
-            )
+        queries = frame if isinstance(frame, EncodedTable) else self.encoder.transform(frame, absent=absent)
+        if self.executor == "ray" and len(queries.values) > self.predict_shard_rows:
             return _finite(self._predict_sharded(queries, columns))
-        outs = [
-            m.predict_columns(rows, columns)
-            for m, rows in zip(self.members, self.member_rows(frame, absent=absent), strict=True)
-        ]
+        outs = [m.predict_columns(queries, columns) for m in self.members]
         if len(outs) == 1:
             return _finite(outs[0])
         result: dict[str, dict[str, np.ndarray]] = {}
@@ -718,8 +647,6 @@ class EnsembleLearner:
             "history": self.history.to_dict(),
             "estimator": extra or {},
         }
-        if any(m.encoder != self.encoder for m in self.members):  # each member saves its own
-            meta["encoder"] = self.encoder.to_dict()
         parts = {f"member_{k}": member.save for k, member in enumerate(self.members)}
         return save_model_dir(path, "ensemble", meta, parts=parts, overwrite=overwrite)
 
@@ -746,20 +673,11 @@ class EnsembleLearner:
         ens.model_name = "+".join(dict.fromkeys(m.model_name for m in members))
         ens.model_config = first.model_config
         ens.train_config, ens.seed = first.train_config, first.seed
-        encoder = first.encoder
-        if saved.kind == "ensemble" and "encoder" in saved.meta:
-            encoder = TableEncoder.from_dict(saved.meta["encoder"])
-        ens.members, ens.encoder, ens.history = members, encoder, history
+        ens.members, ens.encoder, ens.history = members, first.encoder, history
         ens.executor, ens.ray_address = "serial", None  # how it was fitted is not part of the model
         ens.weighted = True
-        shared: list[TableEncoder] = [encoder]  # the encoders shared, as when fitted
-        for m in members:
-            assert m.encoder is not None
-            same = next((e for e in shared if e == m.encoder), None)
-            if same is None:
-                shared.append(m.encoder)
-            else:
-                m.encoder = same
+        for m in members[1:]:
+            m.encoder = first.encoder  # one encoder, as when fitted
         return ens, extra
 
 

@@ -182,8 +182,9 @@ def lookup_test(
     truth = _truth(ex, X_test, y_test)
     queries = ex.queries(X_test)
     visible = _scores(ex, truth, ex.predict(queries))
-    hidden_ctx = [hide_column(context, ex.target_j) for context, _ in ex.contexts]  # type: ignore[misc]
-    hidden = _scores(ex, truth, ex.predict(queries, hidden_ctx))
+    (context, _), *_ = ex.contexts
+    hidden_ctx = hide_column(context, ex.target_j)
+    hidden = _scores(ex, truth, ex.predict(queries, [hidden_ctx] * len(ex.members)))
     rows = model.explain_rows(X_test, top_k=1, context=(X_test, y_test))
     hit = float((rows["context_row"].to_numpy() == np.arange(len(X_test))).mean())
     return {

@@ -72,12 +72,7 @@ _AUTO_MEMBERS = {"cpu": {"small": {"npt": 3, "spin": 2}, "large": {"npt": 1, "sp
 # (``min_anneal_steps``): most members' best checkpoint comes before it, and the steps it saves pay
 # for the fourth member within the fit-speed budget; chosen on the development suite (the auto
 # rows of benchmarks/results/suite32/tabular_defaults.md against those of 2 + 2 members with it).
-# NOTE[DIFF]: the papers standardise the features, the cpu preset maps them through quantiles;
-# model="auto" has the members of each family alternate between the two (feature_transform=
-# "mixed", TabPFN's preprocessing diversity): on the development suite each transform alone wins
-# on some tables and loses on others by several percent (benchmarks/results/suite32_standard
-# against suite32), errors that an average of both sees less of.
-_AUTO_TRAIN = {"cpu": {"anneal_fraction": 0.0, "feature_transform": "mixed"}}
+_AUTO_TRAIN = {"cpu": {"anneal_fraction": 0.0}}
 
 
 def canonical_model_options(

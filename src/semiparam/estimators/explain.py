@@ -83,11 +83,11 @@ class Explainer:
         if context is not None:
             X_ctx, y_ctx = context
             if hasattr(estimator, "_encode_labelled"):  # an estimator that encodes its own rows (images)
-                encoded = [estimator._encode_labelled(X_ctx, y_ctx)] * len(self.members)
-            else:  # as each member encodes them
-                encoded = ensemble.member_rows(estimator._context_table(X_ctx, y_ctx))
-            self.contexts = [(enc, np.arange(len(enc.values))) for enc in encoded]
-            self.n_context = len(encoded[0].values)
+                enc = estimator._encode_labelled(X_ctx, y_ctx)
+            else:
+                enc = self.encoder.transform(estimator._context_table(X_ctx, y_ctx))
+            self.contexts = [(enc, np.arange(len(enc.values)))] * len(self.members)
+            self.n_context = len(enc.values)
         else:
             self.contexts = []
             for m in self.members:
@@ -101,8 +101,6 @@ class Explainer:
 
     # -- inputs ---------------------------------------------------------------------------------
     def queries(self, X: Any) -> EncodedTable:
-        """The rows ``X`` encoded by the ensemble's encoder (each member reads them through
-        :meth:`member_queries`)."""
         if hasattr(self.estimator, "_encode_queries"):  # an estimator that encodes its own rows (images)
             return self.estimator._encode_queries(X)
         if isinstance(X, pd.DataFrame):  # a table may hold the target columns too
@@ -135,12 +133,6 @@ class Explainer:
             )
         return self.contexts  # type: ignore[return-value]
 
-    def member_queries(self, k: int, queries: EncodedTable) -> EncodedTable:
-        """``queries`` (from :meth:`queries`, perhaps with cells hidden) as member k encodes them:
-        members of another ``feature_transform`` than the ensemble's encoder re-encode them."""
-        m = self.members[k]
-        return queries if m.encoder is None else m.encoder.recode(queries, self.encoder)
-
     # -- predictions ----------------------------------------------------------------------------
     def member_state(self, k: int, context: EncodedTable | None = None) -> Any:
         """Member k's encoded context: its own, or that of ``context``."""
@@ -154,7 +146,6 @@ class Explainer:
     def member_predict(self, k: int, queries: EncodedTable, state: Any) -> np.ndarray:
         """Member k's prediction of the target: (n, C) probabilities or (n,) means."""
         m = self.members[k]
-        queries = self.member_queries(k, queries)
         decoded = m.decode_outputs(m.query_outputs(queries, state), [self.target])[self.target]
         return decoded["proba"] if self.categorical else decoded["mean"]
 
@@ -216,7 +207,6 @@ class Explainer:
         m = self.members[k]
         module = m.inference_module()
         dtype = next(module.parameters()).dtype
-        queries = self.member_queries(k, queries)
         qv = torch.as_tensor(queries.values, device=m.device).to(dtype)
         qm = torch.as_tensor(queries.missing, device=m.device)
         q = mask_for_inference(qv, qm, hide_columns=m.target_mask())

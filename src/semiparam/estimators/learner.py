@@ -193,7 +193,7 @@ class TableLearner:
         if unlabeled is not None:
             stats_frame = pd.concat([frame, unlabeled.reindex(columns=frame.columns)], ignore_index=True)
         quantile_columns: list[str] = []
-        if self.train_config.feature_transform in ("quantile", "mixed"):  # mixed: see TrainConfig
+        if self.train_config.feature_transform == "quantile":
             quantile_columns = [
                 c.name for c in schema.columns if c.kind != CATEGORICAL and c.name not in schema.targets
             ]

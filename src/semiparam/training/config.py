@@ -261,11 +261,7 @@ class EncodingSettings(FrozenConfig):
     # feature through scikit-learn's QuantileTransformer to a normal distribution (fitted on
     # training rows), which removes skew and outliers (the RealMLP / TabM recipe). Targets are
     # always standardised, so the loss stays the paper's squared error in target units.
-    # "mixed": the members of an ensemble alternate, each model family's first member on the
-    # quantile map, its second standardised, and so on (one model alone: the quantile map), so
-    # that members differ in how they see the features as well as in their seeds: the
-    # preprocessing diversity of TabPFN's ensembles. Each member reads its own encoding.
-    feature_transform: Literal["standard", "quantile", "mixed"] = "standard"
+    feature_transform: Literal["standard", "quantile"] = "standard"
     # NOTE[DIFF]: the papers embed every category seen in training on its own. With a value k > 1
     # the categories of a categorical feature (never a target) seen in fewer than k training rows
     # share one "infrequent" level, and a category first met at prediction joins it: an
