@@ -39,11 +39,16 @@ MODELS = ("npt", "spin", "catboost")
 # the neural defaults with one setting changed, for a ratio measured in the same run (--models)
 IN_TURN = "the members one after another on both threads (`concurrent_members='never'`)"
 DOT = "NPT's row attention the paper's dot product (`row_similarity='dot'`; the cpu preset's: cosine)"
+LONGER = (
+    "a longer plateau wait, in batches of 512 rows above 512 (`patience=12`, `full_batch_rows=512`; "
+    "the cpu preset's: 8 and 1,024)"
+)
 VARIANTS = {  # name -> (model, estimator overrides, what differs from the model's defaults)
     "npt-in-turn": ("npt", {"train_options": {"concurrent_members": "never"}}, IN_TURN),
     "spin-in-turn": ("spin", {"train_options": {"concurrent_members": "never"}}, IN_TURN),
     "npt-dot": ("npt", {"model_options": {"row_similarity": "dot"}}, DOT),
     "auto-dot": ("auto", {"model_options": {"npt": {"row_similarity": "dot"}}}, DOT),
+    "auto-p12fb512": ("auto", {"train_options": {"patience": 12, "full_batch_rows": 512}}, LONGER),
 }
 ALL_MODELS = (*MODELS, "auto", *VARIANTS)  # auto: TableClassifier / TableRegressor, NPT and SPIN members
 PROFILE_TABLES = ("boston", "adult")  # a small table and a medium one
